@@ -1,0 +1,44 @@
+# Top-level entry points. `make demo` and `make test` do their own set-up.
+CARGO ?= cargo
+DIST  := dist
+REL   := target/release
+
+.PHONY: all setup dist demo test unit e2e conformance bench fmt lint clean
+
+all: dist
+
+setup:
+	./scripts/setup.sh
+
+# Release artifacts: the runtime under both sonames, the driver, the CPU device runtime.
+dist:
+	$(CARGO) build --release -p omp-libomptarget -p ompcc -p omp-devicertl-host
+	mkdir -p $(DIST)/lib $(DIST)/bin
+	cp -f $(REL)/libomptarget.so $(DIST)/lib/libomptarget.so.new && mv -f $(DIST)/lib/libomptarget.so.new $(DIST)/lib/libomptarget.so
+	ln -sfn libomptarget.so $(DIST)/lib/libomptarget.so.19.1
+	ln -sfn libomptarget.so $(DIST)/lib/libomptarget.so.22.1
+	cp -f $(REL)/libomptarget_devicertl.a $(DIST)/lib/libomptarget.devicertl.a
+	cp -f $(REL)/ompcc $(DIST)/bin/ompcc.new && mv -f $(DIST)/bin/ompcc.new $(DIST)/bin/ompcc
+
+demo: setup dist
+	./scripts/demo.sh
+
+# Everything: unit tests, then end-to-end programs compiled with clang/flang 19 and 22.
+test: setup dist
+	$(CARGO) test --workspace --release
+
+conformance: setup dist
+	./scripts/conformance.sh
+
+bench: setup dist
+	./scripts/bench.sh
+
+fmt:
+	$(CARGO) fmt --all
+
+lint:
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+clean:
+	$(CARGO) clean
+	rm -rf $(DIST)

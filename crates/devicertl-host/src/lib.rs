@@ -1,0 +1,1 @@
+//! Device runtime for the CPU target (work in progress).

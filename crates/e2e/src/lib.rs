@@ -1,0 +1,120 @@
+//! Helpers shared by the end-to-end tests: find the toolchains that `scripts/setup.sh`
+//! installed, compile programs with them, and run the results on a chosen runtime.
+//!
+//! The tests expect `make dist` to have run (the README's test command does it).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The repository root.
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../..").canonicalize().expect("repo root")
+}
+
+/// `dist/lib`, where `make dist` puts our libomptarget.
+pub fn dist_lib() -> PathBuf {
+    let p = repo_root().join("dist/lib");
+    assert!(p.join("libomptarget.so.19.1").exists(), "dist/lib is missing: run `make dist` first");
+    p
+}
+
+/// A per-test scratch directory under `target/e2e/<name>`, emptied first.
+pub fn scratch(name: &str) -> PathBuf {
+    let d = repo_root().join("target/e2e").join(name);
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// LLVM major versions we build and run with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Llvm {
+    V19,
+    V22,
+}
+
+pub const ALL: [Llvm; 2] = [Llvm::V19, Llvm::V22];
+
+impl Llvm {
+    pub fn major(self) -> u32 {
+        match self {
+            Llvm::V19 => 19,
+            Llvm::V22 => 22,
+        }
+    }
+    pub fn clang(self) -> String {
+        format!("clang-{}", self.major())
+    }
+    pub fn clangxx(self) -> String {
+        format!("clang++-{}", self.major())
+    }
+    pub fn flang(self) -> String {
+        format!("flang-new-{}", self.major())
+    }
+    /// Directory of LLVM's own runtime libraries (libomptarget.so.NN.1).
+    pub fn llvm_lib(self) -> PathBuf {
+        PathBuf::from(format!("/usr/lib/llvm-{}/lib", self.major()))
+    }
+    /// Flags that make `-fopenmp -fopenmp-targets=…` link on this machine (see scripts/setup.sh).
+    pub fn link_flags(self) -> Vec<String> {
+        let deps = repo_root().join(".deps");
+        match self {
+            Llvm::V19 => vec![
+                format!("-I{}", deps.join("include19").display()),
+                format!("-L{}", deps.join("lib19").display()),
+            ],
+            Llvm::V22 => vec![format!("-L{}", deps.join("lib22").display())],
+        }
+    }
+}
+
+/// Which compiler driver a source file needs, from its extension.
+fn driver_for(llvm: Llvm, src: &Path) -> String {
+    match src.extension().and_then(|e| e.to_str()) {
+        Some("f90" | "F90" | "f" | "F" | "f95" | "f03" | "f08") => llvm.flang(),
+        Some("cpp" | "cc" | "cxx" | "C") => llvm.clangxx(),
+        _ => llvm.clang(),
+    }
+}
+
+/// Compiles `srcs` into `out` for host offloading with the given LLVM, plus `extra` flags.
+/// Panics with the compiler's output if it fails.
+pub fn compile(llvm: Llvm, srcs: &[&Path], out: &Path, extra: &[&str]) {
+    let mut cmd = Command::new(driver_for(llvm, srcs[0]));
+    cmd.args(["-fopenmp", "-fopenmp-targets=x86_64-pc-linux-gnu", "-g", "-O1"]);
+    cmd.args(llvm.link_flags());
+    cmd.args(extra);
+    cmd.args(srcs);
+    cmd.arg("-o").arg(out);
+    let o = cmd.output().unwrap_or_else(|e| panic!("cannot run {:?}: {e}", cmd.get_program()));
+    assert!(o.status.success(), "compile failed: {cmd:?}\n{}", String::from_utf8_lossy(&o.stderr));
+}
+
+/// Runs `exe` with `libdir` first on LD_LIBRARY_PATH and extra environment.
+pub fn run_with(exe: &Path, libdir: &Path, env: &[(&str, &str)]) -> Output {
+    let mut cmd = Command::new(exe);
+    cmd.env("LD_LIBRARY_PATH", libdir);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().expect("run test program")
+}
+
+/// Runs `exe` on our runtime and returns stdout, asserting success.
+pub fn run_ours(exe: &Path, env: &[(&str, &str)]) -> String {
+    let o = run_with(exe, &dist_lib(), env);
+    let stdout = String::from_utf8_lossy(&o.stdout).into_owned();
+    assert!(
+        o.status.success(),
+        "{} failed ({}):\nstdout:\n{stdout}\nstderr:\n{}",
+        exe.display(),
+        o.status,
+        String::from_utf8_lossy(&o.stderr)
+    );
+    stdout
+}
+
+/// The source programs under `tests/programs`.
+pub fn program(rel: &str) -> PathBuf {
+    repo_root().join("tests/programs").join(rel)
+}
