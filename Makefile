@@ -14,7 +14,7 @@ setup:
 dist:
 	$(CARGO) build --release -p omp-libomptarget -p ompcc -p omp-devicertl-host
 	mkdir -p $(DIST)/lib $(DIST)/bin
-	cp -f $(REL)/libomptarget.so $(DIST)/lib/libomptarget.so.new && mv -f $(DIST)/lib/libomptarget.so.new $(DIST)/lib/libomptarget.so
+	./scripts/link-libomptarget.sh $(REL)/libomptarget.a crates/libomptarget/exports.map $(DIST)/lib/libomptarget.so
 	ln -sfn libomptarget.so $(DIST)/lib/libomptarget.so.19.1
 	ln -sfn libomptarget.so $(DIST)/lib/libomptarget.so.22.1
 	cp -f $(REL)/libomptarget_devicertl.a $(DIST)/lib/libomptarget.devicertl.a

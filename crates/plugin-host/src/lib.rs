@@ -1,1 +1,181 @@
-//! (in progress)
+//! The host (x86_64 CPU) offload device. Images are ELF shared objects loaded straight from
+//! memory (memfd + dlopen, no file left behind); every device loads its own copy, so each has
+//! independent globals, as with LLVM's host plugin. Memory is the process heap and copies are
+//! `memcpy`: device pointers are host pointers.
+
+mod trampoline;
+
+use omp_format::elf;
+use omp_plugin::{host_memory, AllocKind, Device, ImageId, KernelId, LaunchConfig, Plugin, PluginError, Result};
+use std::ffi::{CStr, CString};
+use std::sync::Mutex;
+
+/// LLVM's host plugin offers four devices; programs and tests count on that number.
+pub const NUM_DEVICES: usize = 4;
+
+/// The launch-environment pointer host kernels receive: they have no reduction buffer, and
+/// LLVM passes this sentinel.
+const DYN_PTR_SENTINEL: usize = usize::MAX;
+
+/// The plugin: a factory for host devices.
+#[derive(Default)]
+pub struct HostPlugin;
+
+impl Plugin for HostPlugin {
+    fn name(&self) -> &str {
+        "x86_64"
+    }
+    fn device_count(&self) -> usize {
+        NUM_DEVICES
+    }
+    fn is_compatible(&self, image: &[u8], triple: Option<&str>) -> bool {
+        if let Some(t) = triple {
+            if !t.is_empty() && !t.starts_with("x86_64") {
+                return false;
+            }
+        }
+        elf::header(image).map(|h| h.loadable_on_x86_64().is_ok()).unwrap_or(false)
+    }
+    fn open_device(&self, index: usize) -> Result<Box<dyn Device>> {
+        Ok(Box::new(HostDevice { index, images: Mutex::new(Vec::new()) }))
+    }
+}
+
+/// One host device: the images it loaded (dlopen handles, never closed, like LLVM's, so
+/// kernels' static destructors run at exit through the loader).
+pub struct HostDevice {
+    index: usize,
+    images: Mutex<Vec<usize>>,
+}
+
+fn dl_error() -> String {
+    // SAFETY: dlerror returns NULL or a NUL-terminated thread-local string.
+    let msg = unsafe { libc::dlerror() };
+    host_memory::c_str(msg as usize).unwrap_or("unknown dlopen error").to_string()
+}
+
+/// Writes `image` to an anonymous in-memory file and dlopens it through /proc/self/fd.
+fn load_from_memory(image: &[u8], index: usize) -> Result<usize> {
+    let name = CString::new(format!("omp-device-{index}")).expect("no NUL in name");
+    // SAFETY: memfd_create takes a NUL-terminated name and flags; it returns a new fd or -1.
+    let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(PluginError(format!("memfd_create failed: {}", std::io::Error::last_os_error())));
+    }
+    let result = (|| {
+        let mut written = 0;
+        while written < image.len() {
+            // SAFETY: the pointer and length describe the unwritten tail of `image`.
+            let n = unsafe { libc::write(fd, image[written..].as_ptr().cast(), image.len() - written) };
+            if n <= 0 {
+                return Err(PluginError(format!("writing the image to memory failed: {}", std::io::Error::last_os_error())));
+            }
+            written += n as usize;
+        }
+        let path = CString::new(format!("/proc/self/fd/{fd}")).expect("no NUL in path");
+        // SAFETY: dlopen takes a NUL-terminated path; failure is reported through NULL.
+        let handle = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_LAZY | libc::RTLD_LOCAL) };
+        if handle.is_null() {
+            return Err(PluginError(format!("failed to load the device image: {}", dl_error())));
+        }
+        Ok(handle as usize)
+    })();
+    // SAFETY: `fd` is ours; the loader keeps its own mapping after dlopen.
+    unsafe { libc::close(fd) };
+    result
+}
+
+impl HostDevice {
+    fn symbol(&self, image: ImageId, name: &CStr) -> Option<usize> {
+        let handle = *self.images.lock().unwrap().get(image.0)?;
+        // SAFETY: `handle` came from a successful dlopen and is never closed.
+        let sym = unsafe { libc::dlsym(handle as *mut libc::c_void, name.as_ptr()) };
+        (!sym.is_null()).then_some(sym as usize)
+    }
+}
+
+impl Device for HostDevice {
+    fn load_image(&self, image: &[u8]) -> Result<ImageId> {
+        let header = elf::header(image).map_err(|e| PluginError(format!("a provided binary image is malformed: {e}")))?;
+        header.loadable_on_x86_64().map_err(PluginError)?;
+        let handle = load_from_memory(image, self.index)?;
+        let mut images = self.images.lock().unwrap();
+        images.push(handle);
+        Ok(ImageId(images.len() - 1))
+    }
+
+    fn kernel(&self, image: ImageId, name: &CStr) -> Result<KernelId> {
+        self.symbol(image, name)
+            .map(KernelId)
+            .ok_or_else(|| PluginError(format!("failed to load kernel '{}'", name.to_string_lossy())))
+    }
+
+    fn global(&self, image: ImageId, name: &CStr) -> Result<usize> {
+        self.symbol(image, name).ok_or_else(|| PluginError(format!("Failed to load global '{}'", name.to_string_lossy())))
+    }
+
+    fn alloc(&self, size: usize, _kind: AllocKind) -> Result<usize> {
+        // SAFETY: malloc with any size; NULL signals failure.
+        let p = unsafe { libc::malloc(size) };
+        if p.is_null() {
+            return Err(PluginError(format!("out of memory allocating {size} bytes")));
+        }
+        Ok(p as usize)
+    }
+
+    fn free(&self, ptr: usize, _kind: AllocKind) -> Result<()> {
+        // SAFETY: the runtime frees only pointers this device's alloc returned, once.
+        unsafe { libc::free(ptr as *mut libc::c_void) };
+        Ok(())
+    }
+
+    fn submit(&self, tgt: usize, host: usize, size: usize) -> Result<()> {
+        host_memory::copy(tgt, host, size);
+        Ok(())
+    }
+
+    fn retrieve(&self, host: usize, tgt: usize, size: usize) -> Result<()> {
+        host_memory::copy(host, tgt, size);
+        Ok(())
+    }
+
+    fn copy_within(&self, dst: usize, src: usize, size: usize) -> Result<()> {
+        host_memory::copy(dst, src, size);
+        Ok(())
+    }
+
+    fn launch(&self, kernel: KernelId, args: &[usize], config: &LaunchConfig) -> Result<()> {
+        let total = args.len() + usize::from(config.with_dyn_ptr);
+        if total > trampoline::MAX_ARGS {
+            return Err(PluginError(format!("kernel takes {total} arguments; the host device supports at most {}", trampoline::MAX_ARGS)));
+        }
+        let mut buf = [0usize; 16];
+        let mut heap;
+        let all: &[usize] = if config.with_dyn_ptr {
+            if total <= buf.len() {
+                buf[0] = DYN_PTR_SENTINEL;
+                buf[1..total].copy_from_slice(args);
+                &buf[..total]
+            } else {
+                heap = Vec::with_capacity(total);
+                heap.push(DYN_PTR_SENTINEL);
+                heap.extend_from_slice(args);
+                &heap
+            }
+        } else {
+            args
+        };
+        // SAFETY: `kernel.0` is a symbol the image exports as an offload kernel; clang emits
+        // those as `void(ptr dyn_ptr, ptr...)`, all pointer-sized, and we checked the count.
+        unsafe { trampoline::call(kernel.0, all) };
+        Ok(())
+    }
+
+    fn info(&self) -> Vec<(String, String)> {
+        vec![("Device Type".into(), "Generic-elf-64bit".into()), ("UID".into(), format!("x86_64-{}", self.index))]
+    }
+
+    fn shares_host_address_space(&self) -> bool {
+        true
+    }
+}

@@ -1,1 +1,217 @@
-//! (in progress)
+//! OpenMP offloading semantics, independent of any device and of the C ABI: devices and
+//! their images, the mapping table, data motion for `target data`/`enter`/`exit`/`update`,
+//! kernel launches, offload policy, and the device memory API.
+//!
+//! The ABI layer (`omp-libomptarget`) unpacks C arguments into the types here and calls in;
+//! this crate calls down into [`omp_plugin`] devices.
+
+pub mod api;
+pub mod config;
+pub mod data;
+pub mod device;
+pub mod info;
+pub mod launch;
+pub mod map_type;
+pub mod memory_manager;
+pub mod registry;
+pub mod table;
+
+pub use config::Config;
+pub use data::{MapArgs, MapperComponents};
+pub use device::DeviceCtx;
+pub use info::Loc;
+pub use launch::KernelLaunch;
+pub use registry::{BinaryImage, Descriptor};
+
+use omp_plugin::Plugin;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock, RwLock};
+
+/// What the runtime needs from libomp and from the program's code.
+pub trait OpenMpHost: Send + Sync {
+    /// libomp's `OMP_TARGET_OFFLOAD`: 0 disabled, 1 default, 2 mandatory.
+    fn target_offload(&self) -> i32;
+    /// libomp's default-device ICV (`OMP_DEFAULT_DEVICE`).
+    fn default_device(&self) -> i32;
+    /// Calls a compiler-generated `declare mapper` function, which pushes components into
+    /// `handle` (a `*mut MapperComponents`) through `__tgt_push_mapper_component`.
+    fn call_mapper(&self, mapper: usize, handle: *mut MapperComponents, base: usize, begin: usize, size: i64, ty: i64, name: usize);
+}
+
+/// Offload policy, fixed on first use (`OMP_TARGET_OFFLOAD`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Policy {
+    Disabled,
+    Mandatory,
+}
+
+/// A failure that has already been reported to the user; the caller decides the outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Failed;
+
+pub type Outcome = Result<(), Failed>;
+
+/// The whole runtime: plugins, the devices they opened, and the registered binaries.
+pub struct Runtime {
+    pub config: Config,
+    host: Box<dyn OpenMpHost>,
+    plugins: Vec<Box<dyn Plugin>>,
+    /// Devices in user numbering; only ever appended to.
+    devices: RwLock<Vec<Arc<DeviceCtx>>>,
+    /// Cached `devices.len()` for the hot path.
+    num_devices: AtomicUsize,
+    pub(crate) registry: RwLock<registry::Registry>,
+    /// Bumped at every (un)registration; devices compare it to know when to load images.
+    pub(crate) generation: AtomicU64,
+    /// `requires unified_shared_memory` is in force.
+    pub(crate) usm: AtomicBool,
+    policy: OnceLock<Policy>,
+}
+
+/// Where a construct should run.
+pub enum Target {
+    Device(Arc<DeviceCtx>),
+    /// On the host: offloading disabled, or the initial device was named.
+    Host,
+}
+
+impl Runtime {
+    pub fn new(config: Config, host: Box<dyn OpenMpHost>, plugins: Vec<Box<dyn Plugin>>) -> Self {
+        Self {
+            config,
+            host,
+            plugins,
+            devices: RwLock::new(Vec::new()),
+            num_devices: AtomicUsize::new(0),
+            registry: RwLock::new(registry::Registry::default()),
+            generation: AtomicU64::new(0),
+            usm: AtomicBool::new(false),
+            policy: OnceLock::new(),
+        }
+    }
+
+    /// `omp_get_num_devices()`.
+    #[inline]
+    pub fn num_devices(&self) -> i32 {
+        self.num_devices.load(Ordering::Acquire) as i32
+    }
+
+    /// `omp_get_initial_device()`: one past the last offload device.
+    #[inline]
+    pub fn initial_device(&self) -> i32 {
+        self.num_devices()
+    }
+
+    pub fn default_device(&self) -> i32 {
+        self.host.default_device()
+    }
+
+    /// The device with this user number, if it exists.
+    pub fn device(&self, id: i32) -> Option<Arc<DeviceCtx>> {
+        if id < 0 {
+            return None;
+        }
+        self.devices.read().unwrap().get(id as usize).cloned()
+    }
+
+    pub fn devices(&self) -> Vec<Arc<DeviceCtx>> {
+        self.devices.read().unwrap().clone()
+    }
+
+    /// The offload policy, computed once: DEFAULT becomes MANDATORY when devices exist.
+    pub fn policy(&self) -> Policy {
+        *self.policy.get_or_init(|| match self.host.target_offload() {
+            0 => Policy::Disabled,
+            2 => Policy::Mandatory,
+            _ if self.num_devices() > 0 => Policy::Mandatory,
+            _ => Policy::Disabled,
+        })
+    }
+
+    /// Resolves `-1` to the default device.
+    pub fn resolve_device(&self, id: i64) -> i64 {
+        if id == -1 {
+            i64::from(self.default_device())
+        } else {
+            id
+        }
+    }
+
+    /// LLVM's `checkDeviceAndCtors`: decides where a construct runs and loads the device's
+    /// images on first use.
+    pub fn check_device(&self, device_id: i64, loc: Loc) -> Result<Target, Failed> {
+        if self.policy() == Policy::Disabled {
+            return Ok(Target::Host);
+        }
+        let id = self.resolve_device(device_id);
+        let n = self.num_devices();
+        if n == 0 {
+            info::error(format_args!("No devices available for the target construct"));
+            return Err(Failed);
+        }
+        if id == i64::from(n) {
+            return Ok(Target::Host);
+        }
+        let Some(dev) = i32::try_from(id).ok().and_then(|i| self.device(i)) else {
+            let l = loc.parse();
+            let at = if l.is_known() { format!("{l}: ") } else { String::new() };
+            info::error(format_args!(
+                "{at}Device number '{id}' out of range, only {n} devices available (valid numbers are 0..{}, and {n} for the host)",
+                n - 1
+            ));
+            return Err(Failed);
+        };
+        if let Err(e) = self.ensure_loaded(&dev) {
+            info::error(format_args!("Failed to init globals on device {}: {e}", dev.id));
+            return Err(Failed);
+        }
+        Ok(Target::Device(dev))
+    }
+
+    /// LLVM's `handleTargetOutcome`: under MANDATORY a failure ends the program with the
+    /// construct's location.
+    pub fn handle_outcome(&self, outcome: Outcome, loc: Loc) {
+        if outcome.is_ok() || self.policy() != Policy::Mandatory {
+            return;
+        }
+        if self.config.info_on(config::info_bits::DUMP_TABLE) {
+            for dev in self.devices() {
+                dev.dump_table(&loc.parse());
+            }
+        } else {
+            info::error(format_args!("Consult https://openmp.llvm.org/design/Runtimes.html for debugging options."));
+            info::error(format_args!("Run with LIBOMPTARGET_INFO=4 to dump host-target pointer mappings."));
+        }
+        if self.num_devices() == 0 {
+            let reg = self.registry.read().unwrap();
+            info::error(format_args!(
+                "No images found compatible with the installed hardware. Found {} image(s): ({})",
+                reg.image_count(),
+                reg.image_triples().join(",")
+            ));
+        }
+        let l = loc.parse();
+        if l.is_known() {
+            info::emit(&format!("{l}: omptarget fatal error 1: failure of target construct while offloading is mandatory\n"));
+        } else {
+            info::error(format_args!("Source location information not present. Compile with -g or -gline-tables-only."));
+            info::emit("omptarget fatal error 1: failure of target construct while offloading is mandatory\n");
+        }
+        std::process::abort();
+    }
+
+    /// Prints every device's mapping table to stdout (`ompx_dump_mapping_tables`).
+    pub fn dump_all_tables_stdout(&self) {
+        use std::io::Write;
+        let loc = omp_format::SourceLocation::from_ident(";libomptarget;libomptarget;0;0;;");
+        let mut out = std::io::stdout().lock();
+        for dev in self.devices() {
+            let _ = out.write_all(dev.table_text(&loc).as_bytes());
+        }
+        let _ = out.flush();
+    }
+
+    pub(crate) fn host(&self) -> &dyn OpenMpHost {
+        &*self.host
+    }
+}

@@ -1,0 +1,338 @@
+//! Worksharing and distribute loops: `__kmpc_{for,distribute,distribute_for}_static_loop_*`.
+//!
+//! OpenMPIRBuilder hands the runtime the loop body as a callback `body(iv, ctx)` over the
+//! normalized induction variable and the trip count `num_iters`; the runtime decides which
+//! iterations each thread (and team) runs. Deliberate differences from LLVM's GPU DeviceRTL:
+//!
+//! * `num_iters` is the trip count: iterations `[0, num_iters)`. LLVM 19's DeviceRTL ran one
+//!   more (fixed upstream by llvm-project PR #133435); flang 19 and 22 both pass the trip count.
+//! * Unchunked loops get one contiguous, balanced block per thread (GPU DeviceRTL is cyclic, which
+//!   suits coalescing; contiguous blocks suit CPU caches and prefetchers).
+//! * Worksharing loops end with a team barrier: flang's device path drops the implicit barrier
+//!   of `!$omp do` (llvm-project PR #224040), which races when a later loop reads what another
+//!   thread wrote. For a `nowait` loop the barrier is only extra synchronisation.
+//! * LLVM 22 adds a trailing `i8 one_iteration_per_thread` (no-loop kernels). It is not declared
+//!   here because LLVM 19 callers do not pass it; running every iteration is right either way.
+
+use core::ffi::c_void;
+use core::ops::Range;
+
+use crate::ffi::{self, Ident};
+use crate::kernel;
+
+/// One worker's share of the iterations `[0, n)`, as half-open ranges in increasing order.
+///
+/// `chunk == 0`: one contiguous block; blocks differ in length by at most one.
+/// `chunk > 0`: chunks of `chunk` iterations dealt round-robin (`schedule(static, chunk)`).
+#[derive(Clone, Debug)]
+pub struct Share {
+    next: u64,
+    n: u64,
+    /// Length of each range (the whole block when unchunked).
+    len: u64,
+    /// Distance between this worker's consecutive ranges; `None` after the last one.
+    stride: Option<u64>,
+}
+
+/// The share of worker `id` of `workers` (treated as at least 1) in `[0, n)`.
+pub fn share(n: u64, workers: u64, id: u64, chunk: u64) -> Share {
+    let workers = workers.max(1);
+    let empty = Share { next: n, n, len: 0, stride: None };
+    if id >= workers {
+        return empty;
+    }
+    if chunk == 0 {
+        let (q, r) = (n / workers, n % workers);
+        // id < workers, so id * q <= n: no overflow.
+        let start = id * q + id.min(r);
+        let len = q + u64::from(id < r);
+        return Share { next: start, n: start + len, len, stride: None };
+    }
+    match id.checked_mul(chunk) {
+        Some(start) => Share { next: start, n, len: chunk, stride: workers.checked_mul(chunk) },
+        None => empty,
+    }
+}
+
+impl Iterator for Share {
+    type Item = Range<u64>;
+
+    fn next(&mut self) -> Option<Range<u64>> {
+        if self.next >= self.n {
+            return None;
+        }
+        let start = self.next;
+        let end = start + self.len.min(self.n - start);
+        self.next = match self.stride.and_then(|s| start.checked_add(s)) {
+            Some(next) => next,
+            None => self.n,
+        };
+        Some(start..end)
+    }
+}
+
+/// The iterations one thread runs of a `distribute parallel do`: team `team` of `teams` takes its
+/// share (`team_chunk`) of `[0, n)`, and thread `tid` of `threads` its share (`thread_chunk`) of
+/// each team range.
+pub fn nested_share(
+    n: u64,
+    teams: u64,
+    team: u64,
+    team_chunk: u64,
+    threads: u64,
+    tid: u64,
+    thread_chunk: u64,
+) -> impl Iterator<Item = Range<u64>> {
+    share(n, teams, team, team_chunk).flat_map(move |block| {
+        share(block.end - block.start, threads, tid, thread_chunk)
+            .map(move |r| block.start + r.start..block.start + r.end)
+    })
+}
+
+/// The integer types of the loop entry points (`_4`, `_4u`, `_8`, `_8u`).
+trait Iv: Copy {
+    /// A count argument as an iteration count (negative counts mean none).
+    fn count(self) -> u64;
+    /// An induction-variable value below a count that came from this type (lossless).
+    fn from_iv(iv: u64) -> Self;
+}
+
+macro_rules! iv_impl {
+    ($($t:ty),*) => {$(
+        impl Iv for $t {
+            #[allow(clippy::cast_sign_loss, clippy::unnecessary_cast)]
+            fn count(self) -> u64 {
+                if self <= 0 { 0 } else { self as u64 }
+            }
+            #[allow(clippy::cast_possible_truncation, clippy::cast_possible_wrap)]
+            fn from_iv(iv: u64) -> Self {
+                iv as $t
+            }
+        }
+    )*};
+}
+iv_impl!(i32, u32, i64, u64);
+
+/// The calling thread's id and team size in the innermost libomp team.
+fn thread_team() -> (u64, u64) {
+    // SAFETY: libomp queries without preconditions.
+    let (tid, threads) = unsafe { (ffi::omp_get_thread_num(), ffi::omp_get_num_threads()) };
+    (u64::try_from(tid).unwrap_or(0), u64::try_from(threads).unwrap_or(1).max(1))
+}
+
+/// The implicit barrier at the end of a worksharing loop (none needed for a team of one).
+fn loop_barrier(loc: *mut Ident, threads: u64) {
+    if threads > 1 {
+        let loc = ffi::loc_or_default(loc);
+        // SAFETY: called by every thread of the current libomp team, which all run the same loop
+        // (worksharing loops are encountered by all threads of the team or by none).
+        unsafe { ffi::__kmpc_barrier(loc, ffi::__kmpc_global_thread_num(loc)) };
+    }
+}
+
+/// Runs `body` over `ranges`.
+///
+/// # Safety
+/// `body(iv, ctx)` is valid to call for every iv in `ranges` (compiler-generated loop body).
+#[inline(always)]
+unsafe fn run<T: Iv>(
+    body: unsafe extern "C" fn(T, *mut c_void),
+    ctx: *mut c_void,
+    ranges: impl Iterator<Item = Range<u64>>,
+) {
+    for r in ranges {
+        for iv in r {
+            // SAFETY: per this function's contract.
+            unsafe { body(T::from_iv(iv), ctx) };
+        }
+    }
+}
+
+macro_rules! loops {
+    ($t:ty, $for_:ident, $dist:ident, $dist_for:ident) => {
+        /// Worksharing loop over `[0, num_iters)` in the current team, then a team barrier.
+        /// The `num_threads` argument is libomp's team size at the call site, which is re-read.
+        ///
+        /// # Safety
+        /// Called by compiler-generated code: `body(iv, ctx)` is the loop body.
+        #[no_mangle]
+        pub unsafe extern "C" fn $for_(
+            loc: *mut Ident,
+            body: Option<unsafe extern "C" fn($t, *mut c_void)>,
+            ctx: *mut c_void,
+            num_iters: $t,
+            _num_threads: $t,
+            thread_chunk: $t,
+        ) {
+            let (tid, threads) = thread_team();
+            if let Some(body) = body {
+                let ranges = share(num_iters.count(), threads, tid, thread_chunk.count());
+                // SAFETY: per this function's contract.
+                unsafe { run(body, ctx, ranges) };
+            }
+            loop_barrier(loc, threads);
+        }
+
+        /// `distribute` over `[0, num_iters)`: the share of this kernel's team. Run by one thread
+        /// per team, so no barrier.
+        ///
+        /// # Safety
+        /// As for the worksharing loop.
+        #[no_mangle]
+        pub unsafe extern "C" fn $dist(
+            _loc: *mut Ident,
+            body: Option<unsafe extern "C" fn($t, *mut c_void)>,
+            ctx: *mut c_void,
+            num_iters: $t,
+            block_chunk: $t,
+        ) {
+            let k = kernel::current();
+            if let Some(body) = body {
+                let ranges = share(
+                    num_iters.count(),
+                    u64::try_from(k.num_teams).unwrap_or(1),
+                    u64::try_from(k.team_id).unwrap_or(0),
+                    block_chunk.count(),
+                );
+                // SAFETY: per this function's contract.
+                unsafe { run(body, ctx, ranges) };
+            }
+        }
+
+        /// `distribute parallel do`: this team's share, split among the threads of the current
+        /// libomp team, then a team barrier.
+        ///
+        /// # Safety
+        /// As for the worksharing loop.
+        #[no_mangle]
+        pub unsafe extern "C" fn $dist_for(
+            loc: *mut Ident,
+            body: Option<unsafe extern "C" fn($t, *mut c_void)>,
+            ctx: *mut c_void,
+            num_iters: $t,
+            _num_threads: $t,
+            block_chunk: $t,
+            thread_chunk: $t,
+        ) {
+            let k = kernel::current();
+            let (tid, threads) = thread_team();
+            if let Some(body) = body {
+                let ranges = nested_share(
+                    num_iters.count(),
+                    u64::try_from(k.num_teams).unwrap_or(1),
+                    u64::try_from(k.team_id).unwrap_or(0),
+                    block_chunk.count(),
+                    threads,
+                    tid,
+                    thread_chunk.count(),
+                );
+                // SAFETY: per this function's contract.
+                unsafe { run(body, ctx, ranges) };
+            }
+            loop_barrier(loc, threads);
+        }
+    };
+}
+
+loops!(u32, __kmpc_for_static_loop_4u, __kmpc_distribute_static_loop_4u, __kmpc_distribute_for_static_loop_4u);
+loops!(i32, __kmpc_for_static_loop_4, __kmpc_distribute_static_loop_4, __kmpc_distribute_for_static_loop_4);
+loops!(u64, __kmpc_for_static_loop_8u, __kmpc_distribute_static_loop_8u, __kmpc_distribute_for_static_loop_8u);
+loops!(i64, __kmpc_for_static_loop_8, __kmpc_distribute_static_loop_8, __kmpc_distribute_for_static_loop_8);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::vec::Vec;
+
+    /// How many times each iteration of `[0, n)` is run by all workers together.
+    fn coverage(n: u64, shares: impl Iterator<Item = Range<u64>>) -> Vec<u32> {
+        let mut hits = std::vec![0u32; usize::try_from(n).unwrap()];
+        for r in shares {
+            assert!(r.start < r.end && r.end <= n, "bad range {r:?} for n={n}");
+            for i in r {
+                hits[usize::try_from(i).unwrap()] += 1;
+            }
+        }
+        hits
+    }
+
+    #[test]
+    fn every_iteration_runs_exactly_once() {
+        for n in [0u64, 1, 2, 3, 7, 8, 100, 1001] {
+            for workers in 1..=9u64 {
+                for chunk in [0u64, 1, 3, 4, 1000] {
+                    let all = (0..workers).flat_map(|id| share(n, workers, id, chunk));
+                    assert!(coverage(n, all).iter().all(|&h| h == 1), "n={n} workers={workers} chunk={chunk}");
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn trip_count_is_not_plus_one() {
+        // LLVM 19's DeviceRTL ran num_iters + 1 iterations; a single worker must run exactly n.
+        let runs: u64 = share(10, 1, 0, 0).map(|r| r.end - r.start).sum();
+        assert_eq!(runs, 10);
+        assert_eq!(share(0, 4, 0, 0).count(), 0);
+    }
+
+    #[test]
+    fn unchunked_blocks_are_contiguous_and_balanced() {
+        let blocks: Vec<_> = (0..4).map(|id| share(10, 4, id, 0).collect::<Vec<_>>()).collect();
+        assert_eq!(blocks, [[0..3], [3..6], [6..8], [8..10]]);
+    }
+
+    #[test]
+    fn chunked_is_round_robin() {
+        let r: Vec<_> = share(10, 2, 1, 3).collect();
+        assert_eq!(r, [3..6, 9..10]);
+    }
+
+    #[test]
+    fn more_workers_than_iterations_and_bad_ids() {
+        assert_eq!(share(2, 5, 4, 0).count(), 0);
+        assert_eq!(share(5, 2, 2, 0).count(), 0);
+        assert_eq!(share(5, 0, 0, 0).collect::<Vec<_>>(), [0..5]);
+    }
+
+    #[test]
+    fn no_overflow_near_the_top_of_the_range() {
+        let n = u64::MAX;
+        let last = share(n, 3, 2, 0).last().unwrap();
+        assert_eq!(last.end, n);
+        let chunked: Vec<_> = share(n, 2, 1, u64::MAX / 2 + 1).collect();
+        assert_eq!(chunked, [u64::MAX / 2 + 1..u64::MAX]);
+        assert_eq!(share(n, 2, 1, u64::MAX).count(), 0);
+        let n32 = u64::from(u32::MAX);
+        let total: u64 = (0..7).flat_map(|id| share(n32, 7, id, 0)).map(|r| r.end - r.start).sum();
+        assert_eq!(total, n32);
+    }
+
+    #[test]
+    fn distribute_parallel_do_covers_the_space_once() {
+        for n in [0u64, 1, 5, 64, 999] {
+            for teams in 1..=4u64 {
+                for threads in 1..=3u64 {
+                    for (bc, tc) in [(0, 0), (0, 2), (7, 0), (5, 3)] {
+                        let all = (0..teams).flat_map(|team| {
+                            (0..threads).flat_map(move |tid| nested_share(n, teams, team, bc, threads, tid, tc))
+                        });
+                        assert!(
+                            coverage(n, all).iter().all(|&h| h == 1),
+                            "n={n} teams={teams} threads={threads} chunks={bc},{tc}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn signed_counts_below_one_mean_no_iterations() {
+        assert_eq!((-5i32).count(), 0);
+        assert_eq!(0i64.count(), 0);
+        assert_eq!(7i32.count(), 7);
+        assert_eq!(u32::MAX.count(), u64::from(u32::MAX));
+        assert_eq!(<u32 as Iv>::from_iv(u64::from(u32::MAX) - 1), u32::MAX - 1);
+    }
+}

@@ -1,0 +1,367 @@
+//! Command-line parsing: driver options, input files, host options and per-target groups.
+//!
+//! Grouping rule: `--target-offload=T` opens a group; every *option* after it, up to the next
+//! `--target-offload=`, or `--host`, goes to T's toolchain only. Input files (any argument that
+//! is not an option or an option's value) always belong to the whole build, wherever they
+//! appear. Driver options (`-o -c -S -E -v -### --save-temps --clang= …`) are global wherever
+//! they appear.
+
+use crate::bail;
+use crate::error::Result;
+
+/// The source languages ompcc compiles, chosen by extension (or `-x`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Lang {
+    C,
+    Cxx,
+    Fortran,
+}
+
+impl Lang {
+    /// The language of a source file name, or `None` for a linker input.
+    pub fn from_path(path: &str) -> Option<Lang> {
+        let ext = path.rsplit_once('.').map(|(_, e)| e)?;
+        match ext {
+            "c" | "i" => Some(Lang::C),
+            "cpp" | "cc" | "cxx" | "c++" | "C" | "cp" | "CPP" | "ii" => Some(Lang::Cxx),
+            "f" | "F" | "f90" | "F90" | "f95" | "F95" | "f03" | "F03" | "f08" | "F08" | "for" | "FOR" | "ftn" => {
+                Some(Lang::Fortran)
+            }
+            _ => None,
+        }
+    }
+
+    /// The language named by `-x NAME`; `None` for `-x none` and for linker inputs.
+    pub fn from_x(name: &str) -> Option<Lang> {
+        match name {
+            "c" | "cpp-output" | "c-header" => Some(Lang::C),
+            "c++" | "c++-cpp-output" | "c++-header" => Some(Lang::Cxx),
+            "f95" | "f95-cpp-input" | "f90" | "fortran" => Some(Lang::Fortran),
+            _ => None,
+        }
+    }
+}
+
+/// How far the build goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Preprocess,
+    Assemble,
+    Compile,
+    Link,
+}
+
+/// One input file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Input {
+    pub path: String,
+    /// `Some` for a source file; `None` for objects, archives and other linker inputs.
+    pub lang: Option<Lang>,
+    /// The `-x` name in force for this file, passed on to the compiler.
+    pub x: Option<String>,
+}
+
+/// A command-line item in its original order (link order matters).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Item {
+    /// An option with its separate value, if it takes one.
+    Opt(Vec<String>),
+    /// The input at this index of [`Args::inputs`].
+    Input(usize),
+}
+
+/// The options given to one offload target.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TargetGroup {
+    pub triple: String,
+    pub opts: Vec<Vec<String>>,
+}
+
+/// What ompcc was asked to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Action {
+    Build,
+    List(String),
+    Extract(String),
+    Help,
+    Version,
+}
+
+/// The parsed command line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Args {
+    pub action: Action,
+    pub mode: Mode,
+    pub output: Option<String>,
+    pub inputs: Vec<Input>,
+    /// Host (common) options and inputs, in order.
+    pub items: Vec<Item>,
+    pub targets: Vec<TargetGroup>,
+    pub openmp: bool,
+    pub dry_run: bool,
+    pub verbose: bool,
+    pub save_temps: bool,
+    pub clang: Option<String>,
+    pub flang: Option<String>,
+    pub runtime_dir: Option<String>,
+    /// Link as this language (`--driver-mode=`, or the program name `ompc++`/`ompfort`).
+    pub link_lang: Option<Lang>,
+}
+
+/// Options whose value is the next argument.
+const SEPARATE: &[&str] = &[
+    "-I", "-D", "-U", "-L", "-l", "-include", "-imacros", "-isystem", "-idirafter", "-iquote", "-iprefix",
+    "-isysroot", "-MF", "-MT", "-MQ", "-Xlinker", "-Xclang", "-Xflang", "-Xassembler", "-Xpreprocessor", "-u", "-z",
+    "-T", "-target", "--sysroot", "-module-dir", "-J", "-arch", "-e",
+];
+
+/// The host triple, which is also the default offload target.
+pub const HOST_TRIPLE: &str = "x86_64-pc-linux-gnu";
+
+fn take_value(argv: &[String], i: &mut usize, opt: &str) -> Result<String> {
+    *i += 1;
+    match argv.get(*i) {
+        Some(v) => Ok(v.clone()),
+        None => bail!("argument to '{opt}' is missing (expected 1 value)"),
+    }
+}
+
+fn group_index(targets: &mut Vec<TargetGroup>, triple: &str) -> Result<usize> {
+    if triple.is_empty() {
+        bail!("empty offload target triple");
+    }
+    if let Some(i) = targets.iter().position(|t| t.triple == triple) {
+        return Ok(i);
+    }
+    targets.push(TargetGroup { triple: triple.to_string(), opts: Vec::new() });
+    Ok(targets.len() - 1)
+}
+
+/// Parses `argv` (without the program name). `prog` is the name ompcc was called by.
+pub fn parse(prog: &str, argv: &[String]) -> Result<Args> {
+    let mut a = Args {
+        action: Action::Build,
+        mode: Mode::Link,
+        output: None,
+        inputs: Vec::new(),
+        items: Vec::new(),
+        targets: Vec::new(),
+        openmp: false,
+        dry_run: false,
+        verbose: false,
+        save_temps: false,
+        clang: None,
+        flang: None,
+        runtime_dir: None,
+        link_lang: link_lang_from_prog(prog),
+    };
+    let mut group: Option<usize> = None;
+    let mut x: Option<String> = None;
+    let mut untargeted_x: Vec<String> = Vec::new();
+    let (mut c, mut s, mut e) = (false, false, false);
+    let mut i = 0;
+    while i < argv.len() {
+        let arg = &argv[i];
+        let key = arg.split_once('=').map_or(arg.as_str(), |(k, _)| k);
+        let val = arg.split_once('=').map(|(_, v)| v.to_string());
+        match (key, val) {
+            ("-o", None) => a.output = Some(take_value(argv, &mut i, "-o")?),
+            ("-c", None) => c = true,
+            ("-S", None) => s = true,
+            ("-E", None) => e = true,
+            ("-v", None) => a.verbose = true,
+            ("-###", None) => a.dry_run = true,
+            ("--help" | "-help", None) => a.action = Action::Help,
+            ("--version", None) => a.action = Action::Version,
+            ("-save-temps" | "--save-temps", _) => a.save_temps = true,
+            ("--clang", Some(v)) => a.clang = Some(v),
+            ("--flang", Some(v)) => a.flang = Some(v),
+            ("--runtime-dir", Some(v)) => a.runtime_dir = Some(v),
+            ("--driver-mode", Some(v)) => {
+                a.link_lang = match v.as_str() {
+                    "gcc" | "cc" | "c" => Some(Lang::C),
+                    "g++" | "c++" => Some(Lang::Cxx),
+                    "flang" | "fortran" => Some(Lang::Fortran),
+                    _ => bail!("unknown --driver-mode '{v}' (expected gcc, g++ or flang)"),
+                }
+            }
+            ("--offload-list", v) => {
+                let f = match v {
+                    Some(v) => v,
+                    None => take_value(argv, &mut i, "--offload-list")?,
+                };
+                a.action = Action::List(f);
+            }
+            ("--offload-extract", v) => {
+                let f = match v {
+                    Some(v) => v,
+                    None => take_value(argv, &mut i, "--offload-extract")?,
+                };
+                a.action = Action::Extract(f);
+            }
+            ("--target-offload", Some(t)) => {
+                group = Some(group_index(&mut a.targets, &t)?);
+                a.openmp = true;
+            }
+            ("--host", None) => group = None,
+            ("-fopenmp", _) => a.openmp = true,
+            ("-fopenmp-targets", Some(list)) => {
+                for t in list.split(',').filter(|t| !t.is_empty()) {
+                    group_index(&mut a.targets, t)?;
+                }
+                a.openmp = true;
+            }
+            ("-Xopenmp-target", Some(t)) => {
+                let v = take_value(argv, &mut i, "-Xopenmp-target")?;
+                let g = group_index(&mut a.targets, &t)?;
+                a.targets[g].opts.push(vec![v]);
+            }
+            ("-Xopenmp-target", None) => untargeted_x.push(take_value(argv, &mut i, "-Xopenmp-target")?),
+            ("-x", None) => {
+                let v = take_value(argv, &mut i, "-x")?;
+                x = if v == "none" { None } else { Some(v) };
+            }
+            _ if arg.starts_with("-o") && arg.len() > 2 && !arg.starts_with("-open") => {
+                a.output = Some(arg[2..].to_string())
+            }
+            _ if arg.starts_with('-') && arg.len() > 1 => {
+                let mut opt = vec![arg.clone()];
+                if SEPARATE.contains(&arg.as_str()) {
+                    opt.push(take_value(argv, &mut i, arg)?);
+                }
+                match group {
+                    Some(g) => a.targets[g].opts.push(opt),
+                    None => a.items.push(Item::Opt(opt)),
+                }
+            }
+            _ => {
+                let lang = match &x {
+                    Some(name) => Lang::from_x(name),
+                    None => Lang::from_path(arg),
+                };
+                a.items.push(Item::Input(a.inputs.len()));
+                a.inputs.push(Input { path: arg.clone(), lang, x: x.clone() });
+            }
+        }
+        i += 1;
+    }
+    a.mode = if e {
+        Mode::Preprocess
+    } else if s {
+        Mode::Assemble
+    } else if c {
+        Mode::Compile
+    } else {
+        Mode::Link
+    };
+    if !untargeted_x.is_empty() {
+        if a.targets.len() != 1 {
+            bail!("'-Xopenmp-target' without '=<triple>' needs exactly one offload target (found {})", a.targets.len());
+        }
+        a.targets[0].opts.extend(untargeted_x.into_iter().map(|v| vec![v]));
+    }
+    if a.openmp && a.targets.is_empty() {
+        a.targets.push(TargetGroup { triple: HOST_TRIPLE.to_string(), opts: Vec::new() });
+    }
+    Ok(a)
+}
+
+/// `ompc++` links as C++, `ompfort`/`ompf90` as Fortran; anything else decides from the sources.
+fn link_lang_from_prog(prog: &str) -> Option<Lang> {
+    let name = prog.rsplit('/').next().unwrap_or(prog);
+    if name.contains("++") || name.contains("cxx") {
+        Some(Lang::Cxx)
+    } else if name.starts_with("ompf") {
+        Some(Lang::Fortran)
+    } else {
+        None
+    }
+}
+
+impl Args {
+    /// The host options, without inputs, in order.
+    pub fn host_opts(&self) -> impl Iterator<Item = &Vec<String>> {
+        self.items.iter().filter_map(|it| match it {
+            Item::Opt(o) => Some(o),
+            Item::Input(_) => None,
+        })
+    }
+
+    /// True when offloading is on for this build.
+    pub fn offloading(&self) -> bool {
+        self.openmp && !self.targets.is_empty()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn p(args: &str) -> Args {
+        let v: Vec<String> = args.split_whitespace().map(String::from).collect();
+        parse("ompcc", &v).unwrap()
+    }
+
+    #[test]
+    fn groups_take_options_until_next_group_or_host() {
+        let a = p("-fopenmp -O2 --target-offload=x86_64-pc-linux-gnu -DDEV a.c --target-offload=nvptx64-nvidia-cuda -march=sm_80 --host -DHOST b.c -o app");
+        assert_eq!(a.targets.len(), 2);
+        assert_eq!(a.targets[0].opts, vec![vec!["-DDEV".to_string()]]);
+        assert_eq!(a.targets[1].opts, vec![vec!["-march=sm_80".to_string()]]);
+        let host: Vec<_> = a.host_opts().cloned().collect();
+        assert_eq!(host, vec![vec!["-O2".to_string()], vec!["-DHOST".to_string()]]);
+        assert_eq!(a.inputs.iter().map(|i| i.path.as_str()).collect::<Vec<_>>(), ["a.c", "b.c"]);
+        assert_eq!(a.output.as_deref(), Some("app"));
+        assert_eq!(a.mode, Mode::Link);
+    }
+
+    #[test]
+    fn clang_style_targets_and_xopenmp_target() {
+        let a = p("-fopenmp -fopenmp-targets=x86_64-pc-linux-gnu,nvptx64-nvidia-cuda -Xopenmp-target=nvptx64-nvidia-cuda -march=sm_70 -c a.c");
+        assert_eq!(a.targets.len(), 2);
+        assert!(a.targets[0].opts.is_empty());
+        assert_eq!(a.targets[1].opts, vec![vec!["-march=sm_70".to_string()]]);
+        assert_eq!(a.mode, Mode::Compile);
+    }
+
+    #[test]
+    fn untargeted_xopenmp_target_needs_one_target() {
+        let a = p("-fopenmp -fopenmp-targets=x86_64-pc-linux-gnu -Xopenmp-target -O3 a.c");
+        assert_eq!(a.targets[0].opts, vec![vec!["-O3".to_string()]]);
+        let v: Vec<String> =
+            "-fopenmp-targets=a,b -Xopenmp-target -O3 a.c".split_whitespace().map(String::from).collect();
+        assert!(parse("ompcc", &v).is_err());
+    }
+
+    #[test]
+    fn separate_values_and_languages() {
+        let a = p("-I inc -o out -l m -x c++ x.h -x none f.f90 lib.a");
+        assert_eq!(a.host_opts().cloned().collect::<Vec<_>>(), vec![vec!["-I".to_string(), "inc".to_string()], vec!["-l".to_string(), "m".to_string()]]);
+        assert_eq!(a.inputs[0].lang, Some(Lang::Cxx));
+        assert_eq!(a.inputs[1].lang, Some(Lang::Fortran));
+        assert_eq!(a.inputs[2].lang, None);
+        assert!(!a.openmp);
+    }
+
+    #[test]
+    fn fopenmp_alone_targets_the_host() {
+        let a = p("-fopenmp a.c");
+        assert_eq!(a.targets.len(), 1);
+        assert_eq!(a.targets[0].triple, HOST_TRIPLE);
+    }
+
+    #[test]
+    fn program_name_sets_link_language() {
+        assert_eq!(link_lang_from_prog("/x/bin/ompc++"), Some(Lang::Cxx));
+        assert_eq!(link_lang_from_prog("ompfort"), Some(Lang::Fortran));
+        assert_eq!(link_lang_from_prog("ompcc"), None);
+    }
+
+    #[test]
+    fn mode_precedence_and_missing_values() {
+        assert_eq!(p("-c -S a.c").mode, Mode::Assemble);
+        assert_eq!(p("-c -E a.c").mode, Mode::Preprocess);
+        let v = vec!["-o".to_string()];
+        assert!(parse("ompcc", &v).unwrap_err().0.contains("-o"));
+    }
+}

@@ -1,0 +1,250 @@
+//! The per-source pipeline, as clang runs it: host front end to bitcode (with the offload
+//! targets known), one device compile per target that reads the host bitcode, then the host
+//! back end, which embeds the packaged device objects when the object is the output (`-c`).
+
+use crate::args::{Args, Input, Lang};
+use crate::classify::{classify, is_machine_specific, Class};
+use crate::error::{Error, Result};
+use crate::exec::{Cmd, Runner};
+use crate::temps::{stem, Temps};
+use crate::toolchain::{is_cpu_target, Tool, Toolchain};
+use omp_format::{ImageKind, OffloadKind};
+use std::path::{Path, PathBuf};
+
+/// A device object made for one target.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceObj {
+    pub triple: String,
+    pub arch: String,
+    pub path: PathBuf,
+}
+
+/// What compiling one source produced.
+#[derive(Debug, Clone)]
+pub struct Compiled {
+    pub host: PathBuf,
+    /// Device objects handed straight to the link (empty when they were embedded).
+    pub devices: Vec<DeviceObj>,
+}
+
+/// Everything the phases need.
+pub struct Ctx<'a> {
+    pub args: &'a Args,
+    pub tc: &'a Toolchain,
+    pub temps: &'a Temps,
+    pub runner: Runner,
+}
+
+/// The final step of a compile.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Emit {
+    /// `-E`: preprocessed host source.
+    Preprocessed,
+    /// `-S`: host assembly with the device objects embedded.
+    Assembly,
+    /// `-c`: host object with the device objects embedded.
+    Object,
+    /// Host object for an immediate link; device objects are returned, not embedded.
+    ForLink,
+}
+
+impl Ctx<'_> {
+    /// The compiler for a language.
+    fn tool(&self, lang: Lang) -> Result<&Tool> {
+        match lang {
+            Lang::Fortran => self.tc.flang(),
+            _ => Ok(&self.tc.clang),
+        }
+    }
+
+    /// The device `arch` string: `-march=`/`--offload-arch=` from the target's options for
+    /// GPUs; for CPU targets what clang records ("generic" from clang 20 on, "" before).
+    pub fn arch(&self, triple: &str) -> String {
+        let group = self.args.targets.iter().find(|t| t.triple == triple);
+        let given = group.and_then(|g| {
+            g.opts.iter().rev().find_map(|o| {
+                o[0].strip_prefix("-march=").or_else(|| o[0].strip_prefix("--offload-arch=")).map(str::to_string)
+            })
+        });
+        match given {
+            Some(a) if !is_cpu_target(triple) => a,
+            _ if is_cpu_target(triple) && self.tc.clang.major >= 20 => "generic".to_string(),
+            _ => String::new(),
+        }
+    }
+
+    /// Compiles one source; `out` is the final file for `-E/-S/-c`.
+    pub fn compile(&self, input: &Input, emit: Emit, out: Option<&Path>) -> Result<Compiled> {
+        let lang = input.lang.ok_or_else(|| Error::new(format!("{}: not a source file", input.path)))?;
+        let tool = self.tool(lang)?;
+        let fortran = lang == Lang::Fortran;
+        let prog = tool.path.to_string_lossy().into_owned();
+        let name = &input.path;
+        let st = stem(name);
+        let final_out = |ext: &str| -> PathBuf {
+            out.map(Path::to_path_buf).unwrap_or_else(|| self.temps.path(&st, ext))
+        };
+        let host_opts: Vec<&Vec<String>> = self.args.host_opts().collect();
+        let offload = self.args.offloading();
+        let triples: Vec<&str> = self.args.targets.iter().map(|t| t.triple.as_str()).collect();
+        let offload_flags = |c: &mut Cmd| {
+            if offload {
+                c.arg("-fopenmp").arg(format!("-fopenmp-targets={}", triples.join(","))).arg("--offload-host-only");
+            } else if self.args.openmp {
+                c.arg("-fopenmp");
+            }
+        };
+        let src = |c: &mut Cmd| {
+            if let Some(x) = &input.x {
+                c.arg("-x").arg(x.clone());
+            }
+            c.arg(name.clone());
+        };
+        let fe_opts = |c: &mut Cmd| {
+            for o in &host_opts {
+                if classify(o) != Class::Link {
+                    c.args(o.iter().cloned());
+                }
+            }
+        };
+
+        if emit == Emit::Preprocessed || !offload {
+            // One host-only command does it all.
+            let mut c = Cmd::new(prog, format!("{name}: compile"));
+            offload_flags(&mut c);
+            fe_opts(&mut c);
+            if self.args.verbose {
+                c.arg("-v");
+            }
+            let host = match emit {
+                Emit::Preprocessed => {
+                    c.arg("-E");
+                    out.map(Path::to_path_buf)
+                }
+                Emit::Assembly => Some(final_out("s")),
+                _ => Some(final_out("o")),
+            };
+            c.arg(if emit == Emit::Assembly { "-S" } else if emit == Emit::Preprocessed { "-E" } else { "-c" });
+            src(&mut c);
+            if let Some(h) = &host {
+                c.arg("-o").arg(h.to_string_lossy());
+            }
+            self.runner.run(&c)?;
+            return Ok(Compiled { host: host.unwrap_or_default(), devices: Vec::new() });
+        }
+
+        // 1. Host front end: bitcode that the device compiles read.
+        let bc = self.temps.path(&st, "host.bc");
+        let mut fe = Cmd::new(prog.clone(), format!("{name}: host compile"));
+        offload_flags(&mut fe);
+        fe.arg("-emit-llvm").arg("-c");
+        if !fortran {
+            fe.args(["-Xclang", "-disable-llvm-passes"]);
+        }
+        fe_opts(&mut fe);
+        if self.args.verbose {
+            fe.arg("-v");
+        }
+        src(&mut fe);
+        fe.arg("-o").arg(bc.to_string_lossy());
+        self.runner.run(&fe)?;
+
+        // 2. Device compiles; 3. host back end. For a link they are independent, so they run
+        // side by side; for -c/-S the back end embeds the device objects and waits for them.
+        let mut devices = Vec::new();
+        let mut dev_cmds = Vec::new();
+        for t in &self.args.targets {
+            let triple = t.triple.as_str();
+            let dev = self.temps.path(&st, &format!("{triple}.o"));
+            let mut c = Cmd::new(prog.clone(), format!("{name}: compile for offload target {triple}"));
+            c.arg(format!("--target={triple}")).arg("-fopenmp");
+            let x = if fortran { "-Xflang" } else { "-Xclang" };
+            if is_cpu_target(triple) {
+                c.arg("-fPIC");
+            }
+            if !fortran {
+                c.arg("-fvisibility=protected");
+                c.args([x, "-aux-triple", x, crate::args::HOST_TRIPLE]);
+            }
+            c.args([x, "-fopenmp-is-target-device", x, "-fopenmp-host-ir-file-path", x]);
+            c.arg(bc.to_string_lossy());
+            for o in &host_opts {
+                let class = classify(o);
+                if class == Class::Link || class == Class::Deps {
+                    continue;
+                }
+                if is_machine_specific(o) && !is_cpu_target(triple) {
+                    continue;
+                }
+                c.args(o.iter().cloned());
+            }
+            for o in &t.opts {
+                if !matches!(classify(o), Class::Link | Class::Deps) {
+                    c.args(o.iter().cloned());
+                }
+            }
+            c.arg("-c");
+            src(&mut c);
+            c.arg("-o").arg(dev.to_string_lossy());
+            c.note = Some(format!("{name}: pipeline for offload target {triple}"));
+            dev_cmds.push(c);
+            devices.push(DeviceObj { triple: triple.to_string(), arch: self.arch(triple), path: dev });
+        }
+
+        let host = final_out(if emit == Emit::Assembly { "s" } else { "o" });
+        let mut be = Cmd::new(prog, format!("{name}: host compile"));
+        offload_flags(&mut be);
+        if !fortran {
+            be.arg("-Qunused-arguments");
+        }
+        for o in &host_opts {
+            if classify(o) == Class::Both {
+                be.args(o.iter().cloned());
+            }
+        }
+        be.arg(if emit == Emit::Assembly { "-S" } else { "-c" });
+
+        if emit == Emit::ForLink {
+            be.arg(bc.to_string_lossy()).arg("-o").arg(host.to_string_lossy());
+            run_all(self.runner, dev_cmds.iter().chain(std::iter::once(&be)))?;
+            return Ok(Compiled { host, devices });
+        }
+
+        run_all(self.runner, dev_cmds.iter())?;
+        let pack = self.temps.path(&st, "offload");
+        self.runner.note(&format!("pack {} device object(s) into {}", devices.len(), pack.display()));
+        if !self.runner.dry_run {
+            pack_devices(&devices, &pack)?;
+        }
+        let x = if fortran { "-Xflang" } else { "-Xclang" };
+        be.arg(x).arg(format!("-fembed-offload-object={}", pack.display()));
+        be.arg(bc.to_string_lossy()).arg("-o").arg(host.to_string_lossy());
+        self.runner.run(&be)?;
+        Ok(Compiled { host, devices: Vec::new() })
+    }
+}
+
+/// Writes the device objects as concatenated OffloadBinaries (OpenMP, IMG_Object).
+fn pack_devices(devices: &[DeviceObj], out: &Path) -> Result<()> {
+    let mut buf = Vec::new();
+    for d in devices {
+        let image =
+            std::fs::read(&d.path).map_err(|e| Error::new(format!("cannot read {}: {e}", d.path.display())))?;
+        let strings = [("triple", d.triple.as_str()), ("arch", d.arch.as_str())];
+        buf.extend(omp_format::offload_binary::write(ImageKind::Object, OffloadKind::OpenMp, &strings, &image));
+    }
+    std::fs::write(out, buf).map_err(|e| Error::new(format!("cannot write {}: {e}", out.display())))
+}
+
+/// Runs independent commands side by side (printing them in order under -v/-###).
+pub fn run_all<'a>(runner: Runner, cmds: impl Iterator<Item = &'a Cmd>) -> Result<()> {
+    let cmds: Vec<&Cmd> = cmds.collect();
+    if cmds.len() <= 1 || runner.dry_run {
+        return cmds.iter().try_for_each(|c| runner.run(c));
+    }
+    let results: Vec<Result<()>> = std::thread::scope(|s| {
+        let handles: Vec<_> = cmds.iter().map(|c| s.spawn(move || runner.run(c))).collect();
+        handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(Error::new("internal error: a job panicked")))).collect()
+    });
+    results.into_iter().collect()
+}

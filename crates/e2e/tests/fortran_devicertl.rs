@@ -1,0 +1,245 @@
+//! End-to-end tests of the CPU device runtime (`dist/lib/libomptarget.devicertl.a`): real Fortran
+//! programs compiled with flang-new-19 and flang-new-22 for `-fopenmp-targets=x86_64-pc-linux-gnu`,
+//! linked with our device runtime, run on LLVM's libomptarget 19/22 (and on ours when
+//! `dist/lib/libomptarget.so.19.1` exists), with 1 and 2 OpenMP threads.
+//!
+//! Each program prints `key=value` pairs; the expected values are computed here from the same
+//! formulas, independently of the program.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use omp_e2e::{program, repo_root, run_ours, run_with, scratch, Llvm, ALL};
+
+/// Thread counts every program is run with.
+const THREADS: [u32; 2] = [1, 2];
+
+/// The device runtime under test, as `make dist` installs it.
+fn devicertl() -> PathBuf {
+    let a = repo_root().join("dist/lib/libomptarget.devicertl.a");
+    assert!(a.exists(), "{} is missing: run `make dist` first", a.display());
+    a
+}
+
+/// A directory holding only `libomptarget.devicertl.a` (a link to ours). flang-19's driver links
+/// `-lomptarget.devicertl` into the device image; putting this directory first on `-L` makes that
+/// ours rather than LLVM's GPU-only archive, without changing which libomptarget.so is linked.
+fn devicertl_dir(dir: &Path) -> PathBuf {
+    let d = dir.join("devrtl");
+    std::fs::create_dir_all(&d).unwrap();
+    let link = d.join("libomptarget.devicertl.a");
+    let _ = std::fs::remove_file(&link);
+    std::os::unix::fs::symlink(devicertl(), &link).unwrap();
+    d
+}
+
+/// Why a compile did not produce a program.
+enum BuildError {
+    /// The compiler does not implement a construct the program uses (flang 19's known gaps).
+    Unsupported(String),
+    Failed(String),
+}
+
+/// Compiles `src` for x86_64 offloading with `llvm`'s compiler and our device runtime, the way
+/// docs/devicertl.md tells users to: `-L <dir>` for LLVM 19, `-Xoffload-linker-x86_64-pc-linux-gnu
+/// <archive>` for LLVM 22.
+fn build(llvm: Llvm, src: &Path, out: &Path) -> Result<(), BuildError> {
+    let fortran = src.extension().is_some_and(|e| e == "f90");
+    let driver = if fortran { llvm.flang() } else { llvm.clang() };
+    let mut cmd = Command::new(&driver);
+    cmd.current_dir(out.parent().unwrap());
+    cmd.args(["-fopenmp", "-fopenmp-targets=x86_64-pc-linux-gnu", "-g", "-O1"]);
+    match llvm {
+        Llvm::V19 => {
+            cmd.arg(format!("-L{}", devicertl_dir(out.parent().unwrap()).display()));
+            cmd.args(llvm.link_flags());
+        }
+        Llvm::V22 => {
+            if fortran {
+                // flang 22 checks OpenMP 3.1 by default; `device_type` needs 5.2.
+                cmd.arg("-fopenmp-version=52");
+            }
+            cmd.args(llvm.link_flags());
+            cmd.arg("-Xoffload-linker-x86_64-pc-linux-gnu").arg(devicertl());
+        }
+    }
+    cmd.arg(src).arg("-o").arg(out);
+    let o = cmd.output().unwrap_or_else(|e| panic!("cannot run {driver}: {e}"));
+    if o.status.success() {
+        return Ok(());
+    }
+    let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
+    let gap = ["not yet implemented", "unsupported OpenMP operation"];
+    if gap.iter().any(|g| stderr.contains(g)) {
+        let line = stderr.lines().find(|l| gap.iter().any(|g| l.contains(g))).unwrap_or("");
+        Err(BuildError::Unsupported(line.trim().to_string()))
+    } else {
+        Err(BuildError::Failed(format!("{cmd:?}\n{stderr}")))
+    }
+}
+
+/// The `key=value` pairs a program printed.
+fn parse(stdout: &str) -> BTreeMap<String, String> {
+    stdout
+        .split_whitespace()
+        .filter_map(|w| w.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+/// Runs `exe` on LLVM's runtime and, when built, on ours, with each thread count, and compares
+/// what it printed with `expected(threads)`.
+fn run_and_check(llvm: Llvm, exe: &Path, expected: &dyn Fn(u32) -> Vec<(&'static str, String)>) {
+    let ours = repo_root().join("dist/lib/libomptarget.so.19.1").exists();
+    if !ours {
+        eprintln!("note: dist/lib/libomptarget.so.19.1 not built; {} runs on LLVM's runtime only", exe.display());
+    }
+    for threads in THREADS {
+        let n = threads.to_string();
+        let env = [("OMP_TARGET_OFFLOAD", "MANDATORY"), ("OMP_NUM_THREADS", n.as_str())];
+        let o = run_with(exe, &llvm.llvm_lib(), &env);
+        let stdout = String::from_utf8_lossy(&o.stdout).into_owned();
+        assert!(
+            o.status.success(),
+            "{} on LLVM {} runtime, OMP_NUM_THREADS={threads} failed ({}):\n{stdout}\n{}",
+            exe.display(),
+            llvm.major(),
+            o.status,
+            String::from_utf8_lossy(&o.stderr)
+        );
+        let mut outputs = vec![(format!("LLVM {} libomptarget", llvm.major()), stdout)];
+        if ours {
+            outputs.push(("our libomptarget".to_string(), run_ours(exe, &env)));
+        }
+        for (runtime, stdout) in outputs {
+            let got = parse(&stdout);
+            for (key, want) in expected(threads) {
+                assert_eq!(
+                    got.get(key),
+                    Some(&want),
+                    "{}: `{key}` on {runtime}, OMP_NUM_THREADS={threads}; output:\n{stdout}",
+                    exe.display()
+                );
+            }
+        }
+    }
+}
+
+/// Builds `tests/programs/<rel>` with every LLVM version and checks its output. `flang19_gap`
+/// names the construct flang 19 cannot compile, if any: that build must fail with flang's
+/// "not yet implemented" (and is then reported and skipped), so a fixed compiler is noticed.
+fn check(rel: &str, flang19_gap: Option<&str>, expected: &dyn Fn(u32) -> Vec<(&'static str, String)>) {
+    let src = program(rel);
+    let stem = src.file_stem().unwrap().to_string_lossy().into_owned();
+    let dir = scratch(&format!("devicertl-{stem}"));
+    let mut ran = 0;
+    for llvm in ALL {
+        let exe = dir.join(format!("{stem}-{}", llvm.major()));
+        match (build(llvm, &src, &exe), llvm, flang19_gap) {
+            (Ok(()), _, _) => {
+                run_and_check(llvm, &exe, expected);
+                ran += 1;
+            }
+            (Err(BuildError::Unsupported(msg)), Llvm::V19, Some(construct)) => {
+                eprintln!("skipped: flang-new-19 cannot compile {construct} ({rel}): {msg}");
+            }
+            (Err(BuildError::Unsupported(msg) | BuildError::Failed(msg)), _, _) => {
+                panic!("building {rel} with LLVM {} failed:\n{msg}", llvm.major())
+            }
+        }
+    }
+    assert!(ran > 0, "{rel} ran with no compiler");
+}
+
+fn s(v: impl ToString) -> String {
+    v.to_string()
+}
+
+#[test]
+fn declare_target_link_variable() {
+    check("fortran/declare_link.f90", None, &|_| vec![("sp", s(1))]);
+}
+
+#[test]
+fn nohost_function_called_from_target() {
+    let f = |x: i64| x * x + 3;
+    check("fortran/nohost_func.f90", None, &|_| vec![("f", s(f(7))), ("g", s((1..=10).map(f).sum::<i64>()))]);
+}
+
+#[test]
+fn target_teams_distribute_parallel_do_reduction() {
+    let n: i64 = 100_000;
+    check("fortran/tdpd_reduction.f90", Some("composite DISTRIBUTE PARALLEL DO / teams reduction"), &|_| {
+        vec![("n", s(n)), ("sum", s(n * (n + 1) / 2)), ("count", s(n)), ("maxval", s(n))]
+    });
+}
+
+#[test]
+fn target_teams_distribute_reduction() {
+    let n: i64 = 5000;
+    check("fortran/teams_distribute.f90", Some("standalone DISTRIBUTE / teams reduction"), &|_| {
+        vec![("sum", s(n * (n + 1) / 2)), ("count", s(n))]
+    });
+}
+
+#[test]
+fn target_parallel_do_uses_every_thread() {
+    let n = 10_000;
+    check("fortran/target_parallel_do.f90", None, &|threads| {
+        vec![("n", s(n)), ("bad", s(0)), ("count", s(n)), ("threads", s(threads))]
+    });
+}
+
+#[test]
+fn target_parallel_do_integer8() {
+    let n: i64 = 50_000;
+    check("fortran/int8_loop.f90", None, &|_| vec![("sum", s(n * (n + 1) / 2)), ("count", s(n))]);
+}
+
+#[test]
+fn worksharing_loops_end_with_a_barrier() {
+    check("fortran/loop_barrier.f90", None, &|_| vec![("wrong", s(0))]);
+}
+
+#[test]
+fn target_data_enter_exit_update() {
+    let n: i64 = 1000;
+    let base = n * (n + 1) / 2;
+    check("fortran/target_data.f90", None, &|_| {
+        vec![
+            ("data", s(2 * base)),
+            ("enter", s(base + 10 * n)),
+            ("update", s(2 * (base + 10 * n) + n)),
+            ("host_copy_untouched", s("T")),
+        ]
+    });
+}
+
+#[test]
+fn declare_target_to_module_array() {
+    let squares: i64 = (1..=100).map(|i: i64| i * i).sum();
+    check("fortran/declare_to_array.f90", None, &|_| vec![("dev_sum", s(squares)), ("after", s(squares + 5 * 100))]);
+}
+
+#[test]
+fn omp_queries_inside_target_regions() {
+    check("fortran/api_queries.f90", None, &|threads| {
+        vec![
+            ("host_initial", s("T")),
+            ("dev_initial", s("F")),
+            ("tnum", s(0)),
+            ("nteams", s(1)),
+            ("par_initial_count", s(0)),
+            ("par_threads", s(threads)),
+        ]
+    });
+}
+
+#[test]
+fn c_program_still_works_with_the_devicertl() {
+    let n: i64 = 100_000;
+    check("fortran/c_offload.c", None, &|_| {
+        vec![("sum", s(n * (n + 1) / 2)), ("initial", s(0)), ("host_initial", s(1)), ("team_ok", s(1)), ("count", s(n))]
+    });
+}

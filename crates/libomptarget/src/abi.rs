@@ -1,0 +1,166 @@
+//! C layouts clang emits (abi.md §2) and the unsafe conversions into runtime types.
+
+use omp_format::parse_entry_table;
+use omp_runtime::{BinaryImage, Descriptor, KernelLaunch, Loc, MapArgs};
+use std::ffi::c_void;
+
+/// `ident_t`: only `psource` is read.
+#[repr(C)]
+pub struct Ident {
+    pub reserved_1: i32,
+    pub flags: i32,
+    pub reserved_2: i32,
+    pub reserved_3: i32,
+    pub psource: *const std::ffi::c_char,
+}
+
+/// `__tgt_device_image`.
+#[repr(C)]
+pub struct DeviceImage {
+    pub image_start: *const u8,
+    pub image_end: *const u8,
+    pub entries_begin: *const u8,
+    pub entries_end: *const u8,
+}
+
+/// `__tgt_bin_desc`.
+#[repr(C)]
+pub struct BinDesc {
+    pub num_device_images: i32,
+    pub device_images: *const DeviceImage,
+    pub host_entries_begin: *const u8,
+    pub host_entries_end: *const u8,
+}
+
+/// `KernelArgsTy` (104 bytes, version 3 from clang 19 and 22).
+#[repr(C)]
+pub struct KernelArgs {
+    pub version: u32,
+    pub num_args: u32,
+    pub arg_base_ptrs: *mut *mut c_void,
+    pub arg_ptrs: *mut *mut c_void,
+    pub arg_sizes: *mut i64,
+    pub arg_types: *mut i64,
+    pub arg_names: *mut *mut c_void,
+    pub arg_mappers: *mut *mut c_void,
+    pub tripcount: u64,
+    pub flags: u64,
+    pub num_teams: [u32; 3],
+    pub thread_limit: [u32; 3],
+    pub dyn_cgroup_mem: u32,
+}
+
+const _: () = assert!(std::mem::size_of::<KernelArgs>() == 104);
+const _: () = assert!(std::mem::size_of::<BinDesc>() == 32);
+const _: () = assert!(std::mem::size_of::<Ident>() == 24);
+
+/// The location string of an `ident_t`, if any.
+pub fn loc(ident: *const Ident) -> Loc {
+    if ident.is_null() {
+        return Loc::NONE;
+    }
+    // SAFETY: clang passes a pointer to a constant `ident_t`, or NULL (checked).
+    Loc(unsafe { (*ident).psource } as usize)
+}
+
+/// A slice from a C array, empty for NULL or a non-positive count.
+///
+/// # Safety
+/// `ptr` must point to `n` valid elements when non-null, alive for `'a`.
+pub unsafe fn slice<'a, T>(ptr: *const T, n: i32) -> &'a [T] {
+    if ptr.is_null() || n <= 0 {
+        return &[];
+    }
+    // SAFETY: guaranteed by the caller.
+    unsafe { std::slice::from_raw_parts(ptr, n as usize) }
+}
+
+/// The map arrays of a data or kernel entry point.
+///
+/// # Safety
+/// Each non-null pointer must point to `n` elements, as clang emits them; `bases` writable.
+pub unsafe fn map_args<'a>(
+    n: i32,
+    bases: *mut *mut c_void,
+    begins: *mut *mut c_void,
+    sizes: *const i64,
+    types: *const i64,
+    names: *const *mut c_void,
+    mappers: *const *mut c_void,
+) -> Option<MapArgs<'a>> {
+    let count = n.max(0) as usize;
+    if count > 0 && (bases.is_null() || begins.is_null() || sizes.is_null() || types.is_null()) {
+        omp_runtime::info::error(format_args!("invalid map arguments: {count} entries but a NULL array"));
+        return None;
+    }
+    // SAFETY: the arrays hold `count` pointer-sized elements (caller's contract); usize and
+    // pointers share a layout.
+    unsafe {
+        Some(MapArgs {
+            bases: if count == 0 { &mut [] } else { std::slice::from_raw_parts_mut(bases.cast::<usize>(), count) },
+            begins: slice(begins.cast::<usize>(), n),
+            sizes: slice(sizes, n),
+            types: slice(types, n),
+            names: (!names.is_null() && count > 0).then(|| slice(names.cast::<usize>(), n)),
+            mappers: (!mappers.is_null() && count > 0).then(|| slice(mappers.cast::<usize>(), n)),
+        })
+    }
+}
+
+/// Unpacks `KernelArgsTy`.
+///
+/// # Safety
+/// `args` must point to a valid `KernelArgsTy` whose arrays hold `num_args` elements.
+pub unsafe fn kernel_launch<'a>(args: *mut KernelArgs, num_teams: i32, thread_limit: i32) -> Option<KernelLaunch<'a>> {
+    if args.is_null() {
+        omp_runtime::info::error(format_args!("__tgt_target_kernel called with NULL kernel arguments"));
+        return None;
+    }
+    // SAFETY: non-null and laid out by clang (caller's contract).
+    let a = unsafe { &mut *args };
+    // SAFETY: the arrays come from the same struct, with `num_args` elements.
+    let map = unsafe { map_args(a.num_args as i32, a.arg_base_ptrs, a.arg_ptrs, a.arg_sizes, a.arg_types, a.arg_names, a.arg_mappers)? };
+    let teams = if a.version >= 2 { a.num_teams[0] } else { num_teams as u32 };
+    let threads = if a.version >= 2 { a.thread_limit[0] } else { thread_limit as u32 };
+    Some(KernelLaunch {
+        version: a.version,
+        args: map,
+        num_teams: if teams == u32::MAX { 1 } else { teams },
+        thread_limit: threads,
+        tripcount: a.tripcount,
+        nowait: a.flags & 1 != 0,
+    })
+}
+
+/// Unpacks `__tgt_bin_desc`, detecting the entry layout from the whole table.
+///
+/// # Safety
+/// `desc` must point to a descriptor the compiler's registration code built.
+pub unsafe fn descriptor(desc: *const BinDesc) -> Result<Descriptor, String> {
+    if desc.is_null() {
+        return Err("NULL binary descriptor".into());
+    }
+    // SAFETY: non-null, built by the registration constructor.
+    let d = unsafe { &*desc };
+    let table = byte_range(d.host_entries_begin, d.host_entries_end).ok_or("offload entry table has its end before its start")?;
+    let (_, entries) = parse_entry_table(table).map_err(|e| e.to_string())?;
+    // SAFETY: the image array holds `num_device_images` elements.
+    let imgs = unsafe { slice(d.device_images, d.num_device_images) };
+    let mut images = Vec::with_capacity(imgs.len());
+    for img in imgs {
+        let bytes = byte_range(img.image_start, img.image_end).ok_or("device image has its end before its start")?;
+        images.push(BinaryImage { bytes });
+    }
+    Ok(Descriptor { key: desc as usize, images, entries })
+}
+
+/// Bytes between two pointers into the program's data.
+fn byte_range(start: *const u8, end: *const u8) -> Option<&'static [u8]> {
+    if start.is_null() || end.is_null() || start == end {
+        return Some(&[]);
+    }
+    let len = (end as usize).checked_sub(start as usize)?;
+    // SAFETY: registration code points both ends into one constant of the binary, which stays
+    // mapped while it is registered (we never touch it after `__tgt_unregister_lib`).
+    Some(unsafe { std::slice::from_raw_parts(start, len) })
+}

@@ -1,0 +1,62 @@
+//! What the runtime asks of libomp (found with dlsym, as libomp finds us) and of the
+//! program (calling its mapper functions).
+
+use omp_runtime::{MapperComponents, OpenMpHost};
+use std::ffi::{c_void, CStr};
+
+type GetInt = unsafe extern "C" fn() -> i32;
+type Mapper = unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void, i64, i64, *mut c_void);
+
+/// libomp's entry points, when libomp is in the process.
+pub struct Libomp {
+    target_offload: Option<GetInt>,
+    default_device: Option<GetInt>,
+}
+
+fn lookup(name: &CStr) -> Option<usize> {
+    // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name; NULL when absent.
+    let p = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) };
+    (!p.is_null()).then_some(p as usize)
+}
+
+impl Libomp {
+    pub fn load() -> Self {
+        // SAFETY: both symbols, when libomp exports them, are `int f(void)`.
+        let as_fn = |p: usize| unsafe { std::mem::transmute::<usize, GetInt>(p) };
+        Self {
+            target_offload: lookup(c"__kmpc_get_target_offload").map(as_fn),
+            default_device: lookup(c"omp_get_default_device").map(as_fn),
+        }
+    }
+}
+
+impl OpenMpHost for Libomp {
+    fn target_offload(&self) -> i32 {
+        match self.target_offload {
+            // SAFETY: libomp's function takes no arguments and runs its own init if needed.
+            Some(f) => unsafe { f() },
+            None => match std::env::var("OMP_TARGET_OFFLOAD").map(|v| v.trim().to_ascii_lowercase()) {
+                Ok(v) if v == "disabled" => 0,
+                Ok(v) if v == "mandatory" => 2,
+                _ => 1,
+            },
+        }
+    }
+
+    fn default_device(&self) -> i32 {
+        match self.default_device {
+            // SAFETY: as above.
+            Some(f) => unsafe { f() },
+            None => 0,
+        }
+    }
+
+    fn call_mapper(&self, mapper: usize, handle: *mut MapperComponents, base: usize, begin: usize, size: i64, ty: i64, name: usize) {
+        // SAFETY: `mapper` is a compiler-generated `.omp_mapper.*` function taken from the
+        // program's ArgMappers array; its signature is fixed by clang (abi.md §3.8).
+        let f = unsafe { std::mem::transmute::<usize, Mapper>(mapper) };
+        // SAFETY: the handle stays valid during the call; the mapper only passes it back to
+        // `__tgt_push_mapper_component` / `__tgt_mapper_num_components`.
+        unsafe { f(handle.cast(), base as *mut c_void, begin as *mut c_void, size, ty, name as *mut c_void) };
+    }
+}

@@ -1,0 +1,145 @@
+//! A device with its own (simulated) address space and no code: lets the runtime's mapping
+//! semantics be unit-tested without loading any image. Kernels are Rust closures.
+
+use crate::{host_memory, AllocKind, Device, ImageId, KernelId, LaunchConfig, PluginError, Result};
+use std::collections::BTreeMap;
+use std::ffi::CStr;
+use std::sync::Mutex;
+
+/// A kernel body: receives the argument vector (device addresses) and the device.
+pub type MockKernel = Box<dyn Fn(&MockDevice, &[usize]) + Send + Sync>;
+
+/// Device memory lives in `Vec<u8>` blocks at synthetic addresses far from the host's.
+#[derive(Default)]
+pub struct MockDevice {
+    memory: Mutex<MockMemory>,
+    kernels: Mutex<Vec<(String, MockKernel)>>,
+    globals: Mutex<Vec<(String, usize)>>,
+}
+
+#[derive(Default)]
+struct MockMemory {
+    blocks: BTreeMap<usize, Vec<u8>>,
+    next: usize,
+    allocs: usize,
+    frees: usize,
+}
+
+const BASE: usize = 0x7000_0000_0000;
+
+impl MockDevice {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Registers a kernel that `kernel(name)` will find.
+    pub fn add_kernel(&self, name: &str, body: MockKernel) {
+        self.kernels.lock().unwrap().push((name.to_string(), body));
+    }
+
+    /// Adds a global of `size` bytes and returns its device address.
+    pub fn add_global(&self, name: &str, size: usize) -> usize {
+        let addr = self.alloc(size.max(1), AllocKind::Device).unwrap();
+        self.globals.lock().unwrap().push((name.to_string(), addr));
+        addr
+    }
+
+    /// Reads device bytes (for assertions).
+    pub fn read(&self, addr: usize, size: usize) -> Vec<u8> {
+        let mem = self.memory.lock().unwrap();
+        let (start, block) = mem.block(addr, size).expect("mock read out of bounds");
+        block[addr - start..addr - start + size].to_vec()
+    }
+
+    /// Writes device bytes (kernels use this).
+    pub fn write(&self, addr: usize, bytes: &[u8]) {
+        let mut mem = self.memory.lock().unwrap();
+        let (start, block) = mem.block_mut(addr, bytes.len()).expect("mock write out of bounds");
+        block[addr - start..addr - start + bytes.len()].copy_from_slice(bytes);
+    }
+
+    /// Number of live allocations.
+    pub fn live_allocations(&self) -> usize {
+        let m = self.memory.lock().unwrap();
+        m.allocs - m.frees
+    }
+}
+
+impl MockMemory {
+    fn block(&self, addr: usize, size: usize) -> Option<(usize, &Vec<u8>)> {
+        let (&start, block) = self.blocks.range(..=addr).next_back()?;
+        (addr + size <= start + block.len()).then_some((start, block))
+    }
+    fn block_mut(&mut self, addr: usize, size: usize) -> Option<(usize, &mut Vec<u8>)> {
+        let (&start, block) = self.blocks.range_mut(..=addr).next_back()?;
+        (addr + size <= start + block.len()).then_some((start, block))
+    }
+}
+
+fn oob(what: &str, addr: usize, size: usize) -> PluginError {
+    PluginError(format!("mock device: {what} of {size} bytes at {addr:#x} is outside any allocation"))
+}
+
+impl Device for MockDevice {
+    fn load_image(&self, _image: &[u8]) -> Result<ImageId> {
+        Ok(ImageId(1))
+    }
+    fn kernel(&self, _image: ImageId, name: &CStr) -> Result<KernelId> {
+        let name = name.to_string_lossy();
+        let ks = self.kernels.lock().unwrap();
+        ks.iter()
+            .position(|(n, _)| *n == name)
+            .map(KernelId)
+            .ok_or_else(|| PluginError(format!("mock device: no kernel {name}")))
+    }
+    fn global(&self, _image: ImageId, name: &CStr) -> Result<usize> {
+        let name = name.to_string_lossy();
+        let gs = self.globals.lock().unwrap();
+        gs.iter().find(|(n, _)| *n == name).map(|(_, a)| *a).ok_or_else(|| PluginError(format!("mock device: no global {name}")))
+    }
+    fn alloc(&self, size: usize, _kind: AllocKind) -> Result<usize> {
+        let mut mem = self.memory.lock().unwrap();
+        let addr = BASE + mem.next;
+        // Leave a gap so out-of-bounds accesses hit no block.
+        mem.next += size.next_multiple_of(64) + 64;
+        mem.blocks.insert(addr, vec![0; size]);
+        mem.allocs += 1;
+        Ok(addr)
+    }
+    fn free(&self, ptr: usize, _kind: AllocKind) -> Result<()> {
+        let mut mem = self.memory.lock().unwrap();
+        mem.blocks.remove(&ptr).ok_or_else(|| PluginError(format!("mock device: free of unknown {ptr:#x}")))?;
+        mem.frees += 1;
+        Ok(())
+    }
+    fn submit(&self, tgt: usize, host: usize, size: usize) -> Result<()> {
+        let mut mem = self.memory.lock().unwrap();
+        let (start, block) = mem.block_mut(tgt, size).ok_or_else(|| oob("submit", tgt, size))?;
+        let dst = block[tgt - start..].as_mut_ptr() as usize;
+        host_memory::copy(dst, host, size);
+        Ok(())
+    }
+    fn retrieve(&self, host: usize, tgt: usize, size: usize) -> Result<()> {
+        let mem = self.memory.lock().unwrap();
+        let (start, block) = mem.block(tgt, size).ok_or_else(|| oob("retrieve", tgt, size))?;
+        host_memory::copy(host, block[tgt - start..].as_ptr() as usize, size);
+        Ok(())
+    }
+    fn copy_within(&self, dst: usize, src: usize, size: usize) -> Result<()> {
+        let bytes = self.read(src, size);
+        self.write(dst, &bytes);
+        Ok(())
+    }
+    fn launch(&self, kernel: KernelId, args: &[usize], _config: &LaunchConfig) -> Result<()> {
+        let ks = self.kernels.lock().unwrap();
+        let (_, body) = ks.get(kernel.0).ok_or_else(|| PluginError("mock device: bad kernel".into()))?;
+        body(self, args);
+        Ok(())
+    }
+    fn info(&self) -> Vec<(String, String)> {
+        vec![("Device Type".into(), "mock".into())]
+    }
+    fn shares_host_address_space(&self) -> bool {
+        false
+    }
+}

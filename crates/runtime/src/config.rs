@@ -1,0 +1,119 @@
+//! Environment configuration, read once at start-up into a typed struct.
+
+use std::sync::atomic::{AtomicU32, Ordering};
+
+/// INFO bits (`LIBOMPTARGET_INFO`).
+pub mod info_bits {
+    pub const KERNEL_ARGS: u32 = 0x01;
+    pub const MAPPING_EXISTS: u32 = 0x02;
+    pub const DUMP_TABLE: u32 = 0x04;
+    pub const MAPPING_CHANGED: u32 = 0x08;
+    pub const PLUGIN_KERNEL: u32 = 0x10;
+    pub const DATA_TRANSFER: u32 = 0x20;
+    pub const EMPTY_MAPPING: u32 = 0x40;
+}
+
+/// Settings taken from the environment.
+#[derive(Debug)]
+pub struct Config {
+    info: AtomicU32,
+    /// `LIBOMPTARGET_DEBUG` level; never silences INFO.
+    pub debug: u32,
+    /// `LIBOMPTARGET_TREAT_ATTACH_AUTO_AS_ALWAYS`.
+    pub attach_always: bool,
+    /// `LIBOMPTARGET_MEMORY_MANAGER_THRESHOLD`; 0 disables the memory manager.
+    pub mm_threshold: usize,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self { info: AtomicU32::new(0), debug: 0, attach_always: false, mm_threshold: 8192 }
+    }
+}
+
+/// Parses an integer the way users write them: decimal, `0x` hex, or negative (-1 = all bits).
+pub fn parse_int(s: &str) -> Option<i64> {
+    let s = s.trim();
+    let (neg, digits) = match s.strip_prefix('-') {
+        Some(rest) => (true, rest),
+        None => (false, s.strip_prefix('+').unwrap_or(s)),
+    };
+    let v = if let Some(hex) = digits.strip_prefix("0x").or_else(|| digits.strip_prefix("0X")) {
+        i64::from_str_radix(hex, 16).ok()?
+    } else {
+        digits.parse::<i64>().ok()?
+    };
+    Some(if neg { -v } else { v })
+}
+
+fn parse_bool(s: &str) -> Option<bool> {
+    match s.trim().to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Some(true),
+        "0" | "false" | "no" | "off" => Some(false),
+        _ => None,
+    }
+}
+
+impl Config {
+    /// Reads the configuration through `get` (the process environment in production).
+    pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Self {
+        let mut c = Config::default();
+        let int_var = |name: &str| -> Option<i64> {
+            let raw = get(name)?;
+            let v = parse_int(&raw);
+            if v.is_none() {
+                eprintln!("omptarget warning: ignoring {name}='{raw}': not a number (use decimal, 0x-hex or -1)");
+            }
+            v
+        };
+        if let Some(v) = int_var("LIBOMPTARGET_INFO") {
+            c.info = AtomicU32::new(v as u32);
+        }
+        if let Some(v) = int_var("LIBOMPTARGET_DEBUG") {
+            c.debug = v.max(0) as u32;
+        }
+        if let Some(v) = int_var("LIBOMPTARGET_MEMORY_MANAGER_THRESHOLD") {
+            c.mm_threshold = v.max(0) as usize;
+        }
+        c.attach_always = get("LIBOMPTARGET_TREAT_ATTACH_AUTO_AS_ALWAYS").and_then(|v| parse_bool(&v)).unwrap_or(false);
+        c
+    }
+
+    #[inline]
+    pub fn info(&self) -> u32 {
+        self.info.load(Ordering::Relaxed)
+    }
+
+    #[inline]
+    pub fn info_on(&self, bit: u32) -> bool {
+        self.info() & bit != 0
+    }
+
+    /// `__tgt_set_info_flag`.
+    pub fn set_info(&self, v: u32) {
+        self.info.store(v, Ordering::Relaxed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn integers_in_every_spelling() {
+        assert_eq!(parse_int("0x20"), Some(32));
+        assert_eq!(parse_int(" 4 "), Some(4));
+        assert_eq!(parse_int("-1"), Some(-1));
+        assert_eq!(parse_int("lots"), None);
+    }
+
+    #[test]
+    fn info_all_bits_and_bad_values() {
+        let c = Config::from_env(|k| (k == "LIBOMPTARGET_INFO").then(|| "-1".to_string()));
+        assert_eq!(c.info(), u32::MAX);
+        let c = Config::from_env(|k| (k == "LIBOMPTARGET_INFO").then(|| "verbose".to_string()));
+        assert_eq!(c.info(), 0);
+        let c = Config::from_env(|k| (k == "LIBOMPTARGET_MEMORY_MANAGER_THRESHOLD").then(|| "0".to_string()));
+        assert_eq!(c.mm_threshold, 0);
+    }
+}

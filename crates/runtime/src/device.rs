@@ -1,0 +1,215 @@
+//! One offload device as the runtime sees it: the backend device, its mapping table, the
+//! images loaded on it and the kernels they provide.
+
+use crate::memory_manager::MemoryManager;
+use crate::registry::RegisteredDesc;
+use crate::table::{MapEntry, MappingTable, INF};
+use crate::{info, Runtime};
+use omp_format::SourceLocation;
+use omp_plugin::{host_memory, AllocKind, Device, KernelId, PluginError};
+use std::collections::{HashMap, HashSet};
+use std::ffi::CString;
+use std::hash::{BuildHasherDefault, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, MutexGuard, RwLock};
+
+/// Hashes addresses: they are already well spread, so one multiply does.
+#[derive(Default)]
+pub struct AddrHasher(u64);
+
+impl Hasher for AddrHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(*b)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_usize(&mut self, n: usize) {
+        self.0 = (n as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(29);
+    }
+}
+
+type AddrMap<V> = HashMap<usize, V, BuildHasherDefault<AddrHasher>>;
+
+/// Images and kernels loaded on the device.
+#[derive(Default)]
+struct Loaded {
+    /// Serial numbers of descriptors whose image is loaded here.
+    descs: HashSet<u64>,
+}
+
+pub struct DeviceCtx {
+    /// User-visible device number.
+    pub id: i32,
+    /// Index of the plugin that owns the device.
+    pub plugin: usize,
+    pub dev: Box<dyn Device>,
+    pub table: Mutex<MappingTable>,
+    loaded: Mutex<Loaded>,
+    /// The registry generation whose images are all loaded here.
+    loaded_generation: AtomicU64,
+    /// Kernel handles by host region-id address.
+    kernels: RwLock<AddrMap<KernelId>>,
+    pub mm: MemoryManager,
+}
+
+impl DeviceCtx {
+    pub fn new(id: i32, plugin: usize, dev: Box<dyn Device>, mm_threshold: usize) -> Self {
+        Self {
+            id,
+            plugin,
+            dev,
+            table: Mutex::new(MappingTable::new()),
+            loaded: Mutex::new(Loaded::default()),
+            loaded_generation: AtomicU64::new(u64::MAX),
+            kernels: RwLock::new(AddrMap::default()),
+            mm: MemoryManager::new(mm_threshold),
+        }
+    }
+
+    pub fn lock_table(&self) -> MutexGuard<'_, MappingTable> {
+        self.table.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The kernel for a host region id, if an image on this device provides it.
+    #[inline]
+    pub fn kernel(&self, host_ptr: usize) -> Option<KernelId> {
+        self.kernels.read().unwrap().get(&host_ptr).copied()
+    }
+
+    /// Allocates device memory, through the memory manager for small default allocations.
+    pub fn alloc(&self, size: usize, kind: AllocKind) -> Result<usize, PluginError> {
+        let managed = matches!(kind, AllocKind::Default | AllocKind::Device | AllocKind::DeviceNonBlocking) && self.mm.manages(size);
+        if managed {
+            if let Some(p) = self.mm.take(size) {
+                return Ok(p);
+            }
+        }
+        let p = match self.dev.alloc(size, kind) {
+            Ok(p) => p,
+            Err(_) => {
+                // Give the cache back to the device and try once more.
+                for b in self.mm.drain_free() {
+                    let _ = self.dev.free(b, AllocKind::Default);
+                }
+                self.dev.alloc(size, kind)?
+            }
+        };
+        if managed {
+            self.mm.adopt(p, size);
+        }
+        Ok(p)
+    }
+
+    pub fn free(&self, ptr: usize, kind: AllocKind) -> Result<(), PluginError> {
+        if self.mm.give_back(ptr) {
+            return Ok(());
+        }
+        self.dev.free(ptr, kind)
+    }
+
+    /// The mapping table as LLVM prints it.
+    pub fn table_text(&self, loc: &SourceLocation) -> String {
+        info::table_dump(self.id, loc, &self.lock_table())
+    }
+
+    pub fn dump_table(&self, loc: &SourceLocation) {
+        info::emit(&self.table_text(loc));
+    }
+
+    pub(crate) fn forget_desc(&self, desc: &RegisteredDesc) {
+        let mut loaded = self.loaded.lock().unwrap();
+        if !loaded.descs.remove(&desc.serial) {
+            return;
+        }
+        let mut kernels = self.kernels.write().unwrap();
+        for e in desc.entries.iter().filter(|e| e.is_kernel()) {
+            kernels.remove(&(e.addr as usize));
+        }
+    }
+}
+
+impl Runtime {
+    /// Loads, on first use of the device, every registered image it can run, binds
+    /// declare-target globals and resolves kernels.
+    pub fn ensure_loaded(&self, dev: &DeviceCtx) -> Result<(), String> {
+        let generation = self.generation.load(Ordering::Acquire);
+        if dev.loaded_generation.load(Ordering::Acquire) == generation {
+            return Ok(());
+        }
+        let mut loaded = dev.loaded.lock().unwrap();
+        let reg = self.registry.read().unwrap();
+        for desc in &reg.descs {
+            if loaded.descs.contains(&desc.serial) {
+                continue;
+            }
+            // The last compatible image of a descriptor wins, as in LLVM.
+            let Some(image) = desc.images.iter().rev().find(|i| i.plugin == Some(dev.plugin)) else { continue };
+            let image_id = dev.dev.load_image(image.bytes).map_err(|e| format!("Failed to load image: {e}"))?;
+            self.bind_entries(dev, image_id, desc)?;
+            loaded.descs.insert(desc.serial);
+        }
+        dev.loaded_generation.store(generation, Ordering::Release);
+        Ok(())
+    }
+
+    fn bind_entries(&self, dev: &DeviceCtx, image: omp_plugin::ImageId, desc: &RegisteredDesc) -> Result<(), String> {
+        let usm = self.requires_usm();
+        let mut kernels = dev.kernels.write().unwrap();
+        let mut table = dev.lock_table();
+        for e in desc.entries.iter() {
+            if e.is_requires() || e.addr == 0 {
+                continue;
+            }
+            let Some(name) = host_memory::c_str(e.name as usize) else { continue };
+            let Ok(cname) = CString::new(name) else { continue };
+            if e.size == 0 {
+                match dev.dev.kernel(image, &cname) {
+                    Ok(k) => {
+                        kernels.insert(e.addr as usize, k);
+                    }
+                    Err(err) => info::error(format_args!("Failed to load kernel {name}: {err}")),
+                }
+                continue;
+            }
+            let tgt = match dev.dev.global(image, &cname) {
+                Ok(t) => t,
+                Err(_) => {
+                    info::error(format_args!("Failed to load symbol {name}"));
+                    continue;
+                }
+            };
+            let host = e.addr as usize;
+            let size = e.size as usize;
+            let tgt = if e.is_indirect() {
+                // The device global holds the device function's address.
+                let mut fnaddr = 0usize;
+                dev.dev.retrieve(&mut fnaddr as *mut usize as usize, tgt, 8).map_err(|err| err.to_string())?;
+                fnaddr
+            } else {
+                tgt
+            };
+            if usm && !e.is_indirect() {
+                dev.dev.submit(tgt, host, size).map_err(|err| err.to_string())?;
+            }
+            if table.lookup(host, size).key().is_some() {
+                continue; // Fortran may emit the same global twice.
+            }
+            table.insert(MapEntry {
+                base: host,
+                begin: host,
+                end: host + size,
+                tgt_alloc: tgt,
+                tgt_begin: tgt,
+                dyn_rc: INF,
+                hold_rc: 0,
+                name: e.name as usize,
+                shadows: Vec::new(),
+                owns_memory: false,
+            });
+        }
+        Ok(())
+    }
+}

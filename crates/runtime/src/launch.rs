@@ -1,0 +1,159 @@
+//! `#pragma omp target`: map the data, build the kernel's arguments, launch, unmap.
+
+use crate::config::info_bits;
+use crate::data::{ConstructState, MapArgs};
+use crate::map_type::{self as mt, has, member_of};
+use crate::table::Lookup;
+use crate::{info, DeviceCtx, Failed, Loc, Outcome, Runtime, Target};
+use omp_plugin::{AllocKind, LaunchConfig};
+
+/// One kernel launch, unpacked from `KernelArgsTy`.
+pub struct KernelLaunch<'a> {
+    /// `KernelArgsTy::Version`; 3 and later pass the launch environment (`dyn_ptr`).
+    pub version: u32,
+    pub args: MapArgs<'a>,
+    pub num_teams: u32,
+    pub thread_limit: u32,
+    pub tripcount: u64,
+    pub nowait: bool,
+}
+
+/// What `__tgt_target_kernel` returns.
+pub const OFFLOAD_SUCCESS: i32 = 0;
+/// Tells the caller to run the host version of the region.
+pub const OFFLOAD_FAIL: i32 = -1;
+
+impl Runtime {
+    /// `__tgt_target_kernel`.
+    pub fn target_kernel(&self, loc: Loc, device_id: i64, host_ptr: usize, launch: &mut KernelLaunch) -> i32 {
+        let dev = match self.check_device(device_id, loc) {
+            Ok(Target::Device(d)) => d,
+            Ok(Target::Host) => return OFFLOAD_FAIL,
+            Err(f) => {
+                self.handle_outcome(Err(f), loc);
+                return OFFLOAD_FAIL;
+            }
+        };
+        if self.config.info_on(info_bits::KERNEL_ARGS) {
+            self.print_args(dev.id, "Entering OpenMP kernel", loc, &launch.args);
+        }
+        let outcome = self.target(&dev, loc, host_ptr, launch);
+        if outcome.is_err() {
+            info::error(format_args!("Executing target region abort target."));
+        }
+        self.after_construct(&dev, loc);
+        self.handle_outcome(outcome, loc);
+        OFFLOAD_SUCCESS
+    }
+
+    fn target(&self, dev: &DeviceCtx, loc: Loc, host_ptr: usize, launch: &mut KernelLaunch) -> Outcome {
+        let Some(kernel) = dev.kernel(host_ptr) else {
+            info::error(format_args!("Host ptr 0x{host_ptr:016x} does not have a matching target pointer."));
+            return Err(Failed);
+        };
+        let n = launch.args.len();
+        let mut privates: Vec<usize> = Vec::new();
+        let mut tgt_args: Vec<usize> = Vec::with_capacity(n);
+        let result = (|| -> Outcome {
+            if n > 0 {
+                if self.data_begin(dev, &mut launch.args, false, &mut ConstructState::default()).is_err() {
+                    info::error(format_args!("Call to targetDataBegin failed, abort target."));
+                    info::error(format_args!("Failed to process data before launching the kernel."));
+                    return Err(Failed);
+                }
+                self.kernel_arguments(dev, &launch.args, &mut tgt_args, &mut privates)?;
+            }
+            if self.config.info_on(info_bits::PLUGIN_KERNEL) {
+                let name = self.kernel_name(host_ptr).unwrap_or_else(|| format!("0x{host_ptr:x}"));
+                info::emit(&format!(
+                    "\"PluginInterface\" device {} info: Launching kernel {name} with {} blocks and {} threads in Generic mode\n",
+                    dev.id,
+                    launch.num_teams.max(1),
+                    launch.thread_limit.max(1)
+                ));
+            }
+            let config = LaunchConfig { num_teams: launch.num_teams, thread_limit: launch.thread_limit, with_dyn_ptr: launch.version >= 3 };
+            dev.dev.launch(kernel, &tgt_args, &config).map_err(|e| {
+                let name = self.kernel_name(host_ptr).unwrap_or_default();
+                let l = loc.parse();
+                info::error(format_args!("Kernel {name} at {l} failed: {e}"));
+                info::error(format_args!("Executing target region abort target."));
+                Failed
+            })?;
+            if n > 0 && self.data_end(dev, &mut launch.args, false).is_err() {
+                info::error(format_args!("Call to targetDataEnd failed, abort target."));
+                info::error(format_args!("Failed to process data after launching the kernel."));
+                return Err(Failed);
+            }
+            Ok(())
+        })();
+        for p in privates {
+            let _ = dev.free(p, AllocKind::Default);
+        }
+        result
+    }
+
+    /// Builds the kernel's argument vector from the TARGET_PARAM entries, and applies
+    /// lambda-capture fix-ups.
+    fn kernel_arguments(&self, dev: &DeviceCtx, args: &MapArgs, out: &mut Vec<usize>, privates: &mut Vec<usize>) -> Outcome {
+        let n = args.len();
+        // Argument value per entry index, for lambda fix-ups that refer to their parent.
+        let mut value_of = vec![None; n];
+        for i in 0..n {
+            let ty = args.types[i];
+            let begin = args.begins[i];
+            let base = args.bases[i];
+            if !has(ty, mt::TARGET_PARAM) {
+                if has(ty, mt::LITERAL | mt::PTR_AND_OBJ | mt::IMPLICIT) {
+                    if let Some(parent_val) = member_of(ty).and_then(|p| value_of.get(p).copied().flatten()) {
+                        let parent = member_of(ty).expect("checked");
+                        let field = parent_val + base.wrapping_sub(args.begins[parent]);
+                        let table = dev.lock_table();
+                        if let Some(k) = table.lookup(begin, args.sizes[i].max(0) as usize).key() {
+                            let dev_ptr = table.get(k).expect("key").translate(begin);
+                            drop(table);
+                            self.submit(dev, field, &dev_ptr as *const usize as usize, std::mem::size_of::<usize>(), 0)?;
+                        }
+                    }
+                }
+                continue;
+            }
+            let value = if has(ty, mt::LITERAL) {
+                base
+            } else if has(ty, mt::PRIVATE) {
+                let size = args.sizes[i].max(0) as usize;
+                let storage = dev.alloc(size.max(1), AllocKind::Default).map_err(|e| {
+                    info::error(format_args!("Data allocation for firstprivate failed: {e}"));
+                    Failed
+                })?;
+                privates.push(storage);
+                if has(ty, mt::TO) && size > 0 {
+                    self.submit(dev, storage, begin, size, args.name(i))?;
+                }
+                storage.wrapping_add(base.wrapping_sub(begin))
+            } else {
+                let hp_base = if has(ty, mt::PTR_AND_OBJ) { omp_plugin::host_memory::read_ptr(base) } else { base };
+                let table = dev.lock_table();
+                let tgt_begin = match table.lookup(begin, args.sizes[i].max(0) as usize) {
+                    Lookup::Contained(k) | Lookup::Extends(k) => table.get(k).expect("key").translate(begin),
+                    Lookup::NotFound => begin,
+                };
+                tgt_begin.wrapping_add(hp_base.wrapping_sub(begin))
+            };
+            value_of[i] = Some(value);
+            out.push(value);
+        }
+        Ok(())
+    }
+
+    /// The device symbol name of a kernel, from the registered entries.
+    fn kernel_name(&self, host_ptr: usize) -> Option<String> {
+        let reg = self.registry.read().unwrap();
+        reg.descs
+            .iter()
+            .flat_map(|d| d.entries.iter())
+            .find(|e| e.addr as usize == host_ptr && e.size == 0)
+            .and_then(|e| omp_plugin::host_memory::c_str(e.name as usize))
+            .map(str::to_string)
+    }
+}

@@ -1,0 +1,170 @@
+//! Registered binaries (`__tgt_register_lib`): their device images and offload entries.
+
+use crate::{info, Runtime};
+use omp_format::{OffloadBinary, OffloadEntry};
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+/// One device image as the program embedded it.
+#[derive(Debug, Clone, Copy)]
+pub struct BinaryImage {
+    /// The image bytes (inside the program's read-only data, alive until unregistration).
+    pub bytes: &'static [u8],
+}
+
+/// A `__tgt_bin_desc`, unpacked by the ABI layer.
+#[derive(Debug, Clone)]
+pub struct Descriptor {
+    /// The descriptor's address: identifies it again at unregistration.
+    pub key: usize,
+    pub images: Vec<BinaryImage>,
+    pub entries: Vec<OffloadEntry>,
+}
+
+/// An image unwrapped from its container, with the plugin that can run it.
+#[derive(Debug, Clone)]
+pub struct LoadableImage {
+    pub bytes: &'static [u8],
+    pub triple: String,
+    pub plugin: Option<usize>,
+}
+
+#[derive(Debug)]
+pub struct RegisteredDesc {
+    pub key: usize,
+    pub serial: u64,
+    pub images: Vec<LoadableImage>,
+    pub entries: Arc<Vec<OffloadEntry>>,
+}
+
+#[derive(Debug, Default)]
+pub struct Registry {
+    pub descs: Vec<RegisteredDesc>,
+    next_serial: u64,
+    /// The `requires` flags of the first registered binary that had them.
+    pub requires: Option<u64>,
+}
+
+impl Registry {
+    pub fn image_count(&self) -> usize {
+        self.descs.iter().map(|d| d.images.len()).sum()
+    }
+    pub fn image_triples(&self) -> Vec<String> {
+        self.descs.iter().flat_map(|d| d.images.iter().map(|i| if i.triple.is_empty() { "unknown".to_string() } else { i.triple.clone() })).collect()
+    }
+}
+
+/// `requires` bits carried in the requires entry.
+pub mod requires {
+    pub const REVERSE_OFFLOAD: u64 = 0x2;
+    pub const UNIFIED_ADDRESS: u64 = 0x4;
+    pub const UNIFIED_SHARED_MEMORY: u64 = 0x8;
+    pub const DYNAMIC_ALLOCATORS: u64 = 0x10;
+}
+
+fn requires_clause(bit: u64) -> &'static str {
+    match bit {
+        requires::REVERSE_OFFLOAD => "reverse_offload",
+        requires::UNIFIED_ADDRESS => "unified_address",
+        requires::UNIFIED_SHARED_MEMORY => "unified_shared_memory",
+        _ => "dynamic_allocators",
+    }
+}
+
+impl Runtime {
+    /// `__tgt_register_lib`: records the binary and opens every device that can run one of
+    /// its images. Images load on a device at its first use.
+    pub fn register_lib(&self, desc: Descriptor) {
+        let mut reg = self.registry.write().unwrap();
+        if reg.descs.iter().any(|d| d.key == desc.key) {
+            return;
+        }
+        for e in desc.entries.iter().filter(|e| e.is_requires()) {
+            match reg.requires {
+                None => reg.requires = Some(e.data),
+                Some(prev) => {
+                    for bit in [requires::REVERSE_OFFLOAD, requires::UNIFIED_ADDRESS, requires::UNIFIED_SHARED_MEMORY, requires::DYNAMIC_ALLOCATORS] {
+                        if (prev & bit) != (e.data & bit) {
+                            info::emit(&format!(
+                                "omptarget fatal error 2: '#pragma omp requires {}' not used consistently!\n",
+                                requires_clause(bit)
+                            ));
+                            std::process::abort();
+                        }
+                    }
+                }
+            }
+        }
+        let mut images = Vec::new();
+        for img in &desc.images {
+            let (bytes, triple) = match OffloadBinary::parse(img.bytes) {
+                Ok(bin) => {
+                    // SAFETY-free narrowing: `bin.image` borrows from the 'static bytes.
+                    let start = bin.image.as_ptr() as usize - img.bytes.as_ptr() as usize;
+                    (&img.bytes[start..start + bin.image.len()], bin.triple().to_string())
+                }
+                Err(_) => (img.bytes, String::new()),
+            };
+            let triple_opt = (!triple.is_empty()).then_some(triple.as_str());
+            let plugin = self.plugins.iter().position(|p| p.is_compatible(bytes, triple_opt));
+            if plugin.is_none() && self.config.debug > 0 {
+                info::emit(&format!("omptarget debug: image of {} bytes ({}) suits no plugin\n", bytes.len(), if triple.is_empty() { "no triple" } else { &triple }));
+            }
+            images.push(LoadableImage { bytes, triple, plugin });
+        }
+        for plugin in images.iter().filter_map(|i| i.plugin).collect::<std::collections::BTreeSet<_>>() {
+            self.open_plugin_devices(plugin);
+        }
+        let serial = reg.next_serial;
+        reg.next_serial += 1;
+        reg.descs.push(RegisteredDesc { key: desc.key, serial, images, entries: Arc::new(desc.entries) });
+        let usm = reg.requires.is_some_and(|r| r & requires::UNIFIED_SHARED_MEMORY != 0);
+        self.usm.store(usm, Ordering::Relaxed);
+        drop(reg);
+        self.generation.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// `__tgt_unregister_lib`: forgets the binary's kernels. At the last unregistration the
+    /// mapping tables are dumped when INFO asks for it.
+    pub fn unregister_lib(&self, key: usize) {
+        let mut reg = self.registry.write().unwrap();
+        let Some(pos) = reg.descs.iter().position(|d| d.key == key) else { return };
+        let desc = reg.descs.remove(pos);
+        let last = reg.descs.is_empty();
+        drop(reg);
+        for dev in self.devices() {
+            dev.forget_desc(&desc);
+        }
+        self.generation.fetch_add(1, Ordering::AcqRel);
+        if last && self.config.info_on(crate::config::info_bits::DUMP_TABLE) {
+            let loc = omp_format::SourceLocation::from_ident(";libomptarget;libomptarget;0;0;;");
+            for dev in self.devices().iter().rev() {
+                dev.dump_table(&loc);
+            }
+        }
+    }
+
+    /// Opens all devices of a plugin once, appending them to the user numbering.
+    fn open_plugin_devices(&self, plugin: usize) {
+        let mut devices = self.devices.write().unwrap();
+        if devices.iter().any(|d| d.plugin == plugin) {
+            return;
+        }
+        let p = &self.plugins[plugin];
+        for index in 0..p.device_count() {
+            match p.open_device(index) {
+                Ok(dev) => {
+                    let id = devices.len() as i32;
+                    devices.push(Arc::new(crate::DeviceCtx::new(id, plugin, dev, self.config.mm_threshold)));
+                }
+                Err(e) => info::error(format_args!("Failed to open device {index} of plugin {}: {e}", p.name())),
+            }
+        }
+        self.num_devices.store(devices.len(), Ordering::Release);
+    }
+
+    #[inline]
+    pub(crate) fn requires_usm(&self) -> bool {
+        self.usm.load(Ordering::Relaxed)
+    }
+}
