@@ -143,7 +143,7 @@ pub unsafe fn descriptor(desc: *const BinDesc) -> Result<Descriptor, String> {
     // SAFETY: non-null, built by the registration constructor.
     let d = unsafe { &*desc };
     let table = byte_range(d.host_entries_begin, d.host_entries_end).ok_or("offload entry table has its end before its start")?;
-    let (_, entries) = parse_entry_table(table).map_err(|e| e.to_string())?;
+    let (layout, entries) = parse_entry_table(table).map_err(|e| e.to_string())?;
     // SAFETY: the image array holds `num_device_images` elements.
     let imgs = unsafe { slice(d.device_images, d.num_device_images) };
     let mut images = Vec::with_capacity(imgs.len());
@@ -151,7 +151,16 @@ pub unsafe fn descriptor(desc: *const BinDesc) -> Result<Descriptor, String> {
         let bytes = byte_range(img.image_start, img.image_end).ok_or("device image has its end before its start")?;
         images.push(BinaryImage { bytes });
     }
-    Ok(Descriptor { key: desc as usize, images, entries })
+    // A program without kernels or globals has an empty table, which says nothing about its
+    // compiler: then the device image's dependency on libomptarget.so.NN tells.
+    let layout = if entries.is_empty() && !images.iter().any(|i| contains(i.bytes, b"libomptarget.so.19")) {
+        layout
+    } else if entries.is_empty() {
+        omp_format::EntryLayout::Legacy
+    } else {
+        layout
+    };
+    Ok(Descriptor { key: desc as usize, images, entries, layout })
 }
 
 /// Bytes between two pointers into the program's data.
@@ -163,4 +172,8 @@ fn byte_range(start: *const u8, end: *const u8) -> Option<&'static [u8]> {
     // SAFETY: registration code points both ends into one constant of the binary, which stays
     // mapped while it is registered (we never touch it after `__tgt_unregister_lib`).
     Some(unsafe { std::slice::from_raw_parts(start, len) })
+}
+
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
 }

@@ -4,7 +4,6 @@
 use crate::abi::{self, Ident};
 use crate::{guard, rt};
 use omp_runtime::data::Directive;
-use omp_runtime::MapperComponents;
 use std::ffi::c_void;
 use std::ptr::null_mut;
 
@@ -88,14 +87,89 @@ data_entry!(__tgt_target_data_begin_nowait, Directive::Begin, legacy_nowait);
 data_entry!(__tgt_target_data_end_nowait, Directive::End, legacy_nowait);
 data_entry!(__tgt_target_data_update_nowait, Directive::Update, legacy_nowait);
 
+/// One pushed component, laid out as LLVM's `MapComponentInfoTy`.
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub struct Component {
+    pub base: *mut c_void,
+    pub begin: *mut c_void,
+    pub size: i64,
+    pub ty: i64,
+    pub name: *mut c_void,
+}
+
+/// The mapper handle, laid out as LLVM's `MapperComponentsTy` (a libstdc++
+/// `std::vector<MapComponentInfoTy>`: begin, end, capacity), because programs and tests
+/// create handles themselves and call the push functions on them. Storage comes from
+/// malloc, which is what the vector's `operator delete` releases to.
+#[repr(C)]
+pub struct ComponentVec {
+    pub begin: *mut Component,
+    pub end: *mut Component,
+    pub cap: *mut Component,
+}
+
+impl ComponentVec {
+    pub const fn new() -> Self {
+        Self { begin: null_mut(), end: null_mut(), cap: null_mut() }
+    }
+
+    pub fn len(&self) -> usize {
+        if self.begin.is_null() {
+            0
+        } else {
+            (self.end as usize - self.begin as usize) / std::mem::size_of::<Component>()
+        }
+    }
+
+    pub fn as_slice(&self) -> &[Component] {
+        if self.begin.is_null() {
+            return &[];
+        }
+        // SAFETY: [begin, end) holds `len` initialised components written by `push`.
+        unsafe { std::slice::from_raw_parts(self.begin, self.len()) }
+    }
+
+    fn push(&mut self, c: Component) {
+        if self.end == self.cap {
+            let len = self.len();
+            let cap = (len * 2).max(4);
+            // SAFETY: realloc of our own malloc'd buffer (or NULL) to a larger size.
+            let p = unsafe { libc::realloc(self.begin.cast(), cap * std::mem::size_of::<Component>()) }.cast::<Component>();
+            if p.is_null() {
+                omp_runtime::info::error(format_args!("out of memory growing a mapper's component list"));
+                return;
+            }
+            self.begin = p;
+            // SAFETY: both stay within the new allocation of `cap` elements.
+            unsafe {
+                self.end = p.add(len);
+                self.cap = p.add(cap);
+            }
+        }
+        // SAFETY: end < cap, inside the allocation.
+        unsafe {
+            self.end.write(c);
+            self.end = self.end.add(1);
+        }
+    }
+
+    /// Releases the storage (for handles the runtime created).
+    pub fn release(&mut self) {
+        // SAFETY: `begin` is NULL or our malloc'd buffer.
+        unsafe { libc::free(self.begin.cast()) };
+        *self = Self::new();
+    }
+}
+
 /// The number of components a mapper pushed so far.
 #[no_mangle]
 pub unsafe extern "C" fn __tgt_mapper_num_components(handle: *mut c_void) -> i64 {
     if handle.is_null() {
         return 0;
     }
-    // SAFETY: the handle is the `MapperComponents` the runtime passed to the mapper function.
-    unsafe { (*handle.cast::<MapperComponents>()).types.len() as i64 }
+    // SAFETY: the handle is a `MapperComponentsTy` (see `ComponentVec`).
+    unsafe { (*handle.cast::<ComponentVec>()).len() as i64 }
 }
 
 #[no_mangle]
@@ -103,7 +177,7 @@ pub unsafe extern "C" fn __tgt_push_mapper_component(handle: *mut c_void, base: 
     if handle.is_null() {
         return;
     }
-    // SAFETY: as above; the mapper runs on the thread that created the handle.
-    let comps = unsafe { &mut *handle.cast::<MapperComponents>() };
-    comps.push(base as usize, begin as usize, size, ty, name as usize);
+    // SAFETY: as above; a mapper runs on the thread that owns the handle.
+    let v = unsafe { &mut *handle.cast::<ComponentVec>() };
+    v.push(Component { base, begin, size, ty, name });
 }

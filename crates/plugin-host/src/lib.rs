@@ -72,16 +72,22 @@ fn load_from_memory(image: &[u8], index: usize) -> Result<usize> {
             }
             written += n as usize;
         }
+        // The loader recognises already-loaded objects by path, and fd numbers are reused
+        // after close: the fd stays open (like the image, which is never unloaded) so that
+        // every image's path stays unique.
         let path = CString::new(format!("/proc/self/fd/{fd}")).expect("no NUL in path");
         // SAFETY: dlopen takes a NUL-terminated path; failure is reported through NULL.
-        let handle = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_LAZY | libc::RTLD_LOCAL) };
+        // RTLD_GLOBAL as LLVM does: a program's image may use symbols of a library's image.
+        let handle = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_LAZY | libc::RTLD_GLOBAL) };
         if handle.is_null() {
             return Err(PluginError(format!("failed to load the device image: {}", dl_error())));
         }
         Ok(handle as usize)
     })();
-    // SAFETY: `fd` is ours; the loader keeps its own mapping after dlopen.
-    unsafe { libc::close(fd) };
+    if result.is_err() {
+        // SAFETY: `fd` is ours and nothing was loaded from it.
+        unsafe { libc::close(fd) };
+    }
     result
 }
 

@@ -73,12 +73,7 @@ impl Runtime {
         match self.api_device(device, "omp_target_is_present") {
             None => 0,
             Some(ApiDevice::Host) => 1,
-            Some(ApiDevice::Offload(d)) => {
-                if self.requires_usm() {
-                    return 1;
-                }
-                i32::from(matches!(d.lock_table().lookup(ptr, 1), Lookup::Contained(_)))
-            }
+            Some(ApiDevice::Offload(d)) => i32::from(matches!(d.lock_table().lookup(ptr, 1), Lookup::Contained(_))),
         }
     }
 
@@ -272,12 +267,12 @@ impl Runtime {
             info::error(format_args!("Association not found"));
             return FAIL;
         };
-        if e.dyn_rc != INF || e.owns_memory {
-            info::error(format_args!("Trying to disassociate a pointer which was not mapped via omp_target_associate_ptr"));
-            return FAIL;
-        }
         if e.hold_rc != 0 {
             info::error(format_args!("Trying to disassociate a pointer with a non-zero hold reference count"));
+            return FAIL;
+        }
+        if e.dyn_rc != INF || e.owns_memory {
+            info::error(format_args!("Trying to disassociate a pointer which was not mapped via omp_target_associate_ptr"));
             return FAIL;
         }
         t.remove(host);

@@ -248,9 +248,7 @@ impl Runtime {
 
     /// Runs a `declare mapper` function and returns the components it pushed.
     fn expand_mapper(&self, args: &MapArgs, i: usize) -> MapperComponents {
-        let mut comps = MapperComponents::default();
-        self.host().call_mapper(args.mapper(i), &mut comps, args.bases[i], args.begins[i], args.sizes[i], args.types[i], args.name(i));
-        comps
+        self.host().call_mapper(args.mapper(i), args.bases[i], args.begins[i], args.sizes[i], args.types[i], args.name(i))
     }
 
     /// targetDataBegin: map every entry, in order, then perform deferred ATTACHes.
@@ -312,8 +310,15 @@ impl Runtime {
                 info::info(dev.id, format_args!("variable {} does not have a valid device counterpart", info::var_name(name)));
             }
             if has(ty, mt::RETURN_PARAM) {
-                // OpenMP 5.1: an unmapped use_device_ptr/addr yields the host pointer (LLVM 22).
-                args.bases[i] = if obj.present() { obj.tgt.wrapping_sub(begin.wrapping_sub(base)) } else { base };
+                // An unmapped use_device_ptr/addr yields the host pointer for clang 22 programs
+                // (OpenMP 5.1, LLVM 22) and NULL for clang 19 programs, as their runtimes do.
+                args.bases[i] = if obj.present() {
+                    obj.tgt.wrapping_sub(begin.wrapping_sub(base))
+                } else if self.legacy_use_device_null() {
+                    0
+                } else {
+                    base
+                };
             }
             if let (Some(p), false) = (pointer, obj.is_host) {
                 if obj.tgt != 0 && !p.is_host {
@@ -333,6 +338,7 @@ impl Runtime {
     /// when it is new or changed.
     fn attach(&self, dev: &DeviceCtx, table: &mut MappingTable, key: Option<usize>, shadow: ShadowPtr) -> Outcome {
         let Some(e) = key.and_then(|k| table.get_mut(k)) else { return Ok(()) };
+        let name = e.name;
         match e.shadows.iter_mut().find(|s| s.host_addr == shadow.host_addr) {
             Some(s) if s.tgt_val == shadow.tgt_val => {
                 s.host_val = shadow.host_val;
@@ -341,7 +347,7 @@ impl Runtime {
             Some(s) => *s = shadow,
             None => e.shadows.push(shadow),
         }
-        self.submit(dev, shadow.tgt_addr, &shadow.tgt_val as *const usize as usize, std::mem::size_of::<usize>(), 0)
+        self.submit(dev, shadow.tgt_addr, &shadow.tgt_val as *const usize as usize, std::mem::size_of::<usize>(), name)
     }
 
     /// clang 22's ATTACH entries: point the device copy of a pointer at the device copy of
@@ -368,11 +374,12 @@ impl Runtime {
             let tgt_addr = table.get(pk).expect("key").translate(ptr_addr);
             let shadow = ShadowPtr { host_addr: ptr_addr, host_val, tgt_addr, tgt_val: expected };
             let e = table.get_mut(pk).expect("key");
+            let name = e.name;
             match e.shadows.iter_mut().find(|s| s.host_addr == ptr_addr) {
                 Some(s) => *s = shadow,
                 None => e.shadows.push(shadow),
             }
-            self.submit(dev, tgt_addr, &expected as *const usize as usize, ptr_size, 0)?;
+            self.submit(dev, tgt_addr, &expected as *const usize as usize, ptr_size, name)?;
         }
         Ok(())
     }

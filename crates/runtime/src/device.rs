@@ -186,7 +186,7 @@ impl Runtime {
             let tgt = if e.is_indirect() {
                 // The device global holds the device function's address.
                 let mut fnaddr = 0usize;
-                dev.dev.retrieve(&mut fnaddr as *mut usize as usize, tgt, 8).map_err(|err| err.to_string())?;
+                self.retrieve(dev, &mut fnaddr as *mut usize as usize, tgt, 8, 0).map_err(|_| format!("cannot read indirect function {name}"))?;
                 fnaddr
             } else {
                 tgt

@@ -33,9 +33,9 @@ pub trait OpenMpHost: Send + Sync {
     fn target_offload(&self) -> i32;
     /// libomp's default-device ICV (`OMP_DEFAULT_DEVICE`).
     fn default_device(&self) -> i32;
-    /// Calls a compiler-generated `declare mapper` function, which pushes components into
-    /// `handle` (a `*mut MapperComponents`) through `__tgt_push_mapper_component`.
-    fn call_mapper(&self, mapper: usize, handle: *mut MapperComponents, base: usize, begin: usize, size: i64, ty: i64, name: usize);
+    /// Calls a compiler-generated `declare mapper` function and returns the components it
+    /// pushed through `__tgt_push_mapper_component`.
+    fn call_mapper(&self, mapper: usize, base: usize, begin: usize, size: i64, ty: i64, name: usize) -> MapperComponents;
 }
 
 /// Offload policy, fixed on first use (`OMP_TARGET_OFFLOAD`).
@@ -65,6 +65,8 @@ pub struct Runtime {
     pub(crate) generation: AtomicU64,
     /// `requires unified_shared_memory` is in force.
     pub(crate) usm: AtomicBool,
+    /// Only clang 19 binaries are registered (see `legacy_use_device_null`).
+    pub(crate) legacy_only: AtomicBool,
     policy: OnceLock<Policy>,
 }
 
@@ -86,6 +88,7 @@ impl Runtime {
             registry: RwLock::new(registry::Registry::default()),
             generation: AtomicU64::new(0),
             usm: AtomicBool::new(false),
+            legacy_only: AtomicBool::new(false),
             policy: OnceLock::new(),
         }
     }

@@ -1,7 +1,7 @@
 //! Registered binaries (`__tgt_register_lib`): their device images and offload entries.
 
 use crate::{info, Runtime};
-use omp_format::{OffloadBinary, OffloadEntry};
+use omp_format::{EntryLayout, OffloadBinary, OffloadEntry};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -19,6 +19,8 @@ pub struct Descriptor {
     pub key: usize,
     pub images: Vec<BinaryImage>,
     pub entries: Vec<OffloadEntry>,
+    /// The entry-table layout: tells clang 19 binaries from clang 20+ ones.
+    pub layout: EntryLayout,
 }
 
 /// An image unwrapped from its container, with the plugin that can run it.
@@ -43,6 +45,8 @@ pub struct Registry {
     next_serial: u64,
     /// The `requires` flags of the first registered binary that had them.
     pub requires: Option<u64>,
+    /// Whether each binary ever registered used clang 19's entry layout.
+    legacy_layout: Vec<bool>,
 }
 
 impl Registry {
@@ -120,6 +124,8 @@ impl Runtime {
         reg.descs.push(RegisteredDesc { key: desc.key, serial, images, entries: Arc::new(desc.entries) });
         let usm = reg.requires.is_some_and(|r| r & requires::UNIFIED_SHARED_MEMORY != 0);
         self.usm.store(usm, Ordering::Relaxed);
+        reg.legacy_layout.push(desc.layout == EntryLayout::Legacy);
+        self.legacy_only.store(reg.legacy_layout.iter().all(|&l| l), Ordering::Relaxed);
         drop(reg);
         self.generation.fetch_add(1, Ordering::AcqRel);
     }
@@ -161,6 +167,13 @@ impl Runtime {
             }
         }
         self.num_devices.store(devices.len(), Ordering::Release);
+    }
+
+    /// True when every registered binary uses clang 19's entry layout: unmapped
+    /// `use_device_ptr` then yields NULL, as LLVM 19's runtime gives it.
+    #[inline]
+    pub(crate) fn legacy_use_device_null(&self) -> bool {
+        self.legacy_only.load(Ordering::Relaxed)
     }
 
     #[inline]
