@@ -25,7 +25,7 @@ pub static UNKNOWN_LOC: Ident = Ident {
     flags: KMP_IDENT_KMPC,
     reserved_2: 0,
     reserved_3: 0,
-    psource: b";unknown;unknown;0;0;;\0".as_ptr(),
+    psource: c";unknown;unknown;0;0;;".as_ptr().cast(),
 };
 
 /// `loc`, or a valid placeholder when the caller passed null.

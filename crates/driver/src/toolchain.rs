@@ -10,7 +10,11 @@ use std::process::Command;
 pub const VERSIONS: [u32; 2] = [22, 19];
 
 /// Offload targets ompcc knows.
-pub const TRIPLES: [&str; 3] = ["x86_64-pc-linux-gnu", "nvptx64-nvidia-cuda", "amdgcn-amd-amdhsa"];
+pub const TRIPLES: [&str; 3] = [
+    "x86_64-pc-linux-gnu",
+    "nvptx64-nvidia-cuda",
+    "amdgcn-amd-amdhsa",
+];
 
 /// A compiler and its LLVM major version.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -57,7 +61,10 @@ pub fn check_triple(triple: &str) -> Result<()> {
     if TRIPLES.contains(&triple) {
         return Ok(());
     }
-    bail!("unsupported offload target '{triple}' (supported: {})", TRIPLES.join(", "))
+    bail!(
+        "unsupported offload target '{triple}' (supported: {})",
+        TRIPLES.join(", ")
+    )
 }
 
 /// True for targets that run on the host CPU (device code is a shared library).
@@ -66,13 +73,25 @@ pub fn is_cpu_target(triple: &str) -> bool {
 }
 
 fn explicit(p: &str, what: &str) -> Result<Tool> {
-    let path = if p.contains('/') { Some(PathBuf::from(p)).filter(|p| p.is_file()) } else { which(p) };
-    let Some(path) = path else {
-        bail!("{what} '{p}' not found: install {what}-22 or {what}-19, or fix --{what}= / OMPCC_{}", what.to_uppercase())
+    let path = if p.contains('/') {
+        Some(PathBuf::from(p)).filter(|p| p.is_file())
+    } else {
+        which(p)
     };
-    let major = version_from_name(&path).or_else(|| version_from_run(&path)).ok_or_else(|| {
-        Error::new(format!("cannot tell the LLVM version of {what} '{}' (its --version did not say)", path.display()))
-    })?;
+    let Some(path) = path else {
+        bail!(
+            "{what} '{p}' not found: install {what}-22 or {what}-19, or fix --{what}= / OMPCC_{}",
+            what.to_uppercase()
+        )
+    };
+    let major = version_from_name(&path)
+        .or_else(|| version_from_run(&path))
+        .ok_or_else(|| {
+            Error::new(format!(
+                "cannot tell the LLVM version of {what} '{}' (its --version did not say)",
+                path.display()
+            ))
+        })?;
     Ok(Tool { path, major })
 }
 
@@ -86,7 +105,10 @@ fn newest(patterns: &[&str], prefer: Option<u32>, fallback: &str) -> Option<Tool
             }
         }
         for suffix in ["", "-new"] {
-            let p = PathBuf::from(format!("{}{suffix}", fallback.replace("{}", &v.to_string())));
+            let p = PathBuf::from(format!(
+                "{}{suffix}",
+                fallback.replace("{}", &v.to_string())
+            ));
             if p.is_file() {
                 return Some(Tool { path: p, major: v });
             }
@@ -113,7 +135,9 @@ fn version_from_run(path: &Path) -> Option<u32> {
 /// The first `name` on PATH.
 pub fn which(name: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path).map(|d| d.join(name)).find(|p| p.is_file())
+    std::env::split_paths(&path)
+        .map(|d| d.join(name))
+        .find(|p| p.is_file())
 }
 
 #[cfg(test)]

@@ -128,7 +128,10 @@ impl Runtime {
                 e.increment(hold);
                 suffix = " (incremented)";
             } else {
-                tp.is_new = e.total_rc() == 1;
+                // Members of a struct allocated by this same construct get their data; a
+                // struct mapped earlier is not copied again (which would also overwrite its
+                // attached device pointers).
+                tp.is_new = e.total_rc() == 1 && st.new_entries.contains(&k);
                 suffix = " (update suppressed)";
             }
             tp.tgt = e.translate(r.begin);
@@ -214,6 +217,12 @@ impl Runtime {
         }
         if r.copy_to && tp.tgt != 0 && !tp.is_host && r.size != 0 && (tp.is_new || has(r.ty, mt::ALWAYS)) {
             self.submit(dev, tp.tgt, r.begin, r.size, r.name)?;
+            // The copy brought host pointer values; put the attached device values back.
+            if let Some(e) = tp.key.and_then(|k| t.get(k)) {
+                for s in e.shadows.iter().filter(|s| s.host_addr >= r.begin && s.host_addr < r.begin + r.size) {
+                    self.submit(dev, s.tgt_addr, &s.tgt_val as *const usize as usize, std::mem::size_of::<usize>(), 0)?;
+                }
+            }
         }
         Ok(tp)
     }
