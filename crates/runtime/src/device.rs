@@ -146,7 +146,7 @@ impl Runtime {
                 continue;
             }
             // The last compatible image of a descriptor wins, as in LLVM.
-            let Some(image) = desc.images.iter().rev().find(|i| i.plugin == Some(dev.plugin)) else { continue };
+            let Some(image) = desc.images.iter().rev().find(|i| i.plugins.contains(&dev.plugin)) else { continue };
             let image_id = dev.dev.load_image(image.bytes).map_err(|e| format!("Failed to load image: {e}"))?;
             self.bind_entries(dev, image_id, desc)?;
             loaded.descs.insert(desc.serial);

@@ -28,7 +28,8 @@ pub struct Descriptor {
 pub struct LoadableImage {
     pub bytes: &'static [u8],
     pub triple: String,
-    pub plugin: Option<usize>,
+    /// Every plugin that can run the image (the host CPU and a remote server may both).
+    pub plugins: Vec<usize>,
 }
 
 #[derive(Debug)]
@@ -110,13 +111,14 @@ impl Runtime {
                 Err(_) => (img.bytes, String::new()),
             };
             let triple_opt = (!triple.is_empty()).then_some(triple.as_str());
-            let plugin = self.plugins.iter().position(|p| p.is_compatible(bytes, triple_opt));
-            if plugin.is_none() && self.config.debug > 0 {
+            let plugins: Vec<usize> =
+                self.plugins.iter().enumerate().filter(|(_, p)| p.is_compatible(bytes, triple_opt)).map(|(i, _)| i).collect();
+            if plugins.is_empty() && self.config.debug > 0 {
                 info::emit(&format!("omptarget debug: image of {} bytes ({}) suits no plugin\n", bytes.len(), if triple.is_empty() { "no triple" } else { &triple }));
             }
-            images.push(LoadableImage { bytes, triple, plugin });
+            images.push(LoadableImage { bytes, triple, plugins });
         }
-        for plugin in images.iter().filter_map(|i| i.plugin).collect::<std::collections::BTreeSet<_>>() {
+        for plugin in images.iter().flat_map(|i| i.plugins.iter().copied()).collect::<std::collections::BTreeSet<_>>() {
             self.open_plugin_devices(plugin);
         }
         let serial = reg.next_serial;
