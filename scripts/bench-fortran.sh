@@ -36,7 +36,7 @@ esac
 best() {
   for _ in $(seq "$trials"); do
     OMP_TARGET_OFFLOAD=MANDATORY OMP_NUM_THREADS=$1 "$work/bench"
-  done | awk '{ k=$1; sub("device_s=","",$2); sub("host_s=","",$3); sub("check=","",$4);
+  done | awk '{ line=$0; gsub(/= +/, "=", line); $0=line; k=$1; sub("device_s=","",$2); sub("host_s=","",$3); sub("check=","",$4);
                 if ($4 != 0) { print "bench-fortran: wrong result in " k > "/dev/stderr"; exit 1 }
                 if (!(k in d) || $2+0 < d[k]) d[k]=$2+0; if (!(k in h) || $3+0 < h[k]) h[k]=$3+0;
                 if (!(k in o)) o[k]=++n }

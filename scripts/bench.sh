@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Runtime overhead benchmark: the same clang-built program on LLVM's libomptarget and on
+# ours, alternating runs in one invocation; prints the best time of each and the ratio.
+# usage: scripts/bench.sh [iterations] [rounds]
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+iters=${1:-200000}
+rounds=${2:-5}
+work="$root/target/bench"
+mkdir -p "$work"
+for v in 19 22; do
+  flags=(-L"$root/.deps/lib$v")
+  [ "$v" = 19 ] && flags+=(-I"$root/.deps/include19")
+  echo "== clang-$v build, LLVM $v runtime vs ours ($iters iterations, best of $rounds)" >&2
+  "clang-$v" -O2 -fopenmp -fopenmp-targets=x86_64-pc-linux-gnu "${flags[@]}" \
+    "$root/benches/runtime/target_overhead.c" -o "$work/overhead$v"
+  llvm_out=""; ours_out=""
+  for _ in $(seq "$rounds"); do
+    llvm_out+=$(LD_LIBRARY_PATH=/usr/lib/llvm-$v/lib "$work/overhead$v" "$iters")$'\n'
+    ours_out+=$(LD_LIBRARY_PATH="$root/dist/lib" "$work/overhead$v" "$iters")$'\n'
+  done
+  printf '%-12s %12s %12s %8s\n' case "llvm-$v ns" "ours ns" ratio
+  for c in empty tofrom_8k present_8k; do
+    l=$(printf '%s' "$llvm_out" | awk -v c=$c '$1==c{print $2}' | sort -g | head -1)
+    o=$(printf '%s' "$ours_out" | awk -v c=$c '$1==c{print $2}' | sort -g | head -1)
+    printf '%-12s %12.1f %12.1f %8.2f\n' "$c" "$l" "$o" "$(echo "$o / $l" | bc -l)"
+  done
+done
