@@ -23,9 +23,11 @@ dist:
 demo: setup dist
 	./scripts/demo.sh
 
-# Everything: unit tests, then end-to-end programs compiled with clang/flang 19 and 22.
+# Everything: unit tests, end-to-end programs compiled with clang/flang 19 and 22, and
+# LLVM's own offload test suite against our runtime.
 test: setup dist
 	$(CARGO) test --workspace --release
+	./scripts/conformance.sh
 
 conformance: setup dist
 	./scripts/conformance.sh

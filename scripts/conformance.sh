@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Runs LLVM 19.1.7's own offload test suite (../shared/tools/llvm-suite) against our
+# dist/lib/libomptarget.so.19.1 and compares with LLVM's recorded results: every test that
+# passes on LLVM's runtime must pass on ours. Exits non-zero on any such regression.
+# usage: scripts/conformance.sh [extra run_llvm_suite.py args, e.g. a test subset]
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+suite="${LLVM_SUITE_DIR:-$root/../shared/tools/llvm-suite}"
+[ -d "$suite" ] || { echo "conformance: $suite not found (set LLVM_SUITE_DIR)" >&2; exit 1; }
+[ -f "$root/dist/lib/libomptarget.so.19.1" ] || { echo "conformance: run 'make dist' first" >&2; exit 1; }
+"$suite/fetch-suite.sh" >/dev/null
+out="$root/target/conformance"
+mkdir -p "$out"
+jobs=$(nproc)
+"$suite/run_llvm_suite.py" --runtime-dir "$root/dist/lib" -j "$jobs" -q --out "$out/ours.json" \
+  --compare "$suite/baseline-llvm19.json" "$@" | tee "$out/summary.txt"
+# Regressions: tests that pass with LLVM's runtime and do not pass with ours.
+python3 - "$suite/baseline-llvm19.json" "$out/ours.json" <<'PY'
+import json, sys
+def load(p):
+    d = json.load(open(p))
+    tests = d.get("tests", d)
+    if isinstance(tests, list):
+        return {t["name"]: t["status"] for t in tests}
+    return {k: (v["status"] if isinstance(v, dict) else v) for k, v in tests.items()}
+base, ours = load(sys.argv[1]), load(sys.argv[2])
+bad = sorted(t for t, s in ours.items() if base.get(t) == "pass" and s != "pass")
+better = sorted(t for t, s in ours.items() if s == "pass" and base.get(t) not in (None, "pass"))
+passed = sum(1 for s in ours.values() if s == "pass")
+print(f"conformance: {passed} passed on our runtime; {len(bad)} regressions against LLVM 19; {len(better)} tests pass only on ours")
+for t in better:
+    print(f"  fixed: {t}")
+for t in bad:
+    print(f"  REGRESSION: {t}")
+sys.exit(1 if bad else 0)
+PY
