@@ -51,13 +51,8 @@ pub struct KernelCtx {
 
 impl KernelCtx {
     /// Not inside a runtime-managed kernel.
-    pub const NONE: KernelCtx = KernelCtx {
-        active: false,
-        team_id: 0,
-        num_teams: 1,
-        thread_limit: 0,
-        holds_teams_lock: false,
-    };
+    pub const NONE: KernelCtx =
+        KernelCtx { active: false, team_id: 0, num_teams: 1, thread_limit: 0, holds_teams_lock: false };
 }
 
 std::thread_local! {
@@ -85,10 +80,7 @@ pub fn replace(ctx: KernelCtx) -> KernelCtx {
 static TEAMS_LOCK: AtomicBool = AtomicBool::new(false);
 
 fn lock_teams() {
-    while TEAMS_LOCK
-        .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
-        .is_err()
-    {
+    while TEAMS_LOCK.compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed).is_err() {
         // SAFETY: sched_yield has no preconditions.
         unsafe { ffi::sched_yield() };
     }
@@ -104,11 +96,7 @@ fn unlock_teams() {
 #[no_mangle]
 pub extern "C" fn __omp_devicertl_set_team(team_id: i32, num_teams: i32) {
     let teams = if num_teams < 1 { 1 } else { num_teams };
-    let id = if (0..teams).contains(&team_id) {
-        team_id
-    } else {
-        0
-    };
+    let id = if (0..teams).contains(&team_id) { team_id } else { 0 };
     let _ = NEXT_TEAM.try_with(|c| c.set((id, teams)));
 }
 
@@ -118,10 +106,7 @@ pub extern "C" fn __omp_devicertl_set_team(team_id: i32, num_teams: i32) {
 /// `kernel_env` is null or points to the compiler-emitted kernel environment.
 /// `_launch_env` is never dereferenced (LLVM's host plugin passes `(void*)~0`).
 #[no_mangle]
-pub unsafe extern "C" fn __kmpc_target_init(
-    kernel_env: *const KernelEnvironment,
-    _launch_env: *mut c_void,
-) -> i32 {
+pub unsafe extern "C" fn __kmpc_target_init(kernel_env: *const KernelEnvironment, _launch_env: *mut c_void) -> i32 {
     keep_overrides();
     // SAFETY: per this function's contract, non-null means a valid kernel environment.
     let thread_limit = match unsafe { kernel_env.as_ref() } {
@@ -133,13 +118,7 @@ pub unsafe extern "C" fn __kmpc_target_init(
     if holds_teams_lock {
         lock_teams();
     }
-    replace(KernelCtx {
-        active: true,
-        team_id,
-        num_teams,
-        thread_limit,
-        holds_teams_lock,
-    });
+    replace(KernelCtx { active: true, team_id, num_teams, thread_limit, holds_teams_lock });
     -1
 }
 

@@ -23,13 +23,7 @@ const MAX_ARGS: i64 = 16;
 /// # Safety
 /// `f` is an outlined region taking `nargs` pointer arguments after the two ids, `args` points to
 /// `nargs` pointers, and `0 <= nargs <= MAX_ARGS`.
-unsafe fn invoke(
-    f: Outlined,
-    gtid: *mut i32,
-    btid: *mut i32,
-    args: *const *mut c_void,
-    nargs: i64,
-) {
+unsafe fn invoke(f: Outlined, gtid: *mut i32, btid: *mut i32, args: *const *mut c_void, nargs: i64) {
     macro_rules! call {
         ($($i:literal)*) => {{
             // SAFETY: per this function's contract `f` has this signature. Passing the arguments
@@ -131,24 +125,14 @@ unsafe fn parallel(
     // apply to the fork that follows on this thread. The trampoline's variadic arguments match
     // its declared parameters (3 pointers, an i64, a pointer), and `ctx` outlives the fork.
     unsafe {
-        if let Some(n) =
-            requested_threads(num_threads, ctx.thread_limit, ffi::omp_get_max_threads())
-        {
+        if let Some(n) = requested_threads(num_threads, ctx.thread_limit, ffi::omp_get_max_threads()) {
             ffi::__kmpc_push_num_threads(loc, gtid, n);
         }
         if proc_bind >= 0 && proc_bind != PROC_BIND_DEFAULT {
             ffi::__kmpc_push_proc_bind(loc, gtid, proc_bind);
         }
         let micro: ffi::Microtask = core::mem::transmute(
-            trampoline
-                as unsafe extern "C" fn(
-                    *mut i32,
-                    *mut i32,
-                    Outlined,
-                    *const *mut c_void,
-                    i64,
-                    *const KernelCtx,
-                ),
+            trampoline as unsafe extern "C" fn(*mut i32, *mut i32, Outlined, *const *mut c_void, i64, *const KernelCtx),
         );
         ffi::__kmpc_fork_call(loc, 4, micro, f, args, nargs, &ctx as *const KernelCtx);
     }

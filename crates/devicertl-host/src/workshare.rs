@@ -37,12 +37,7 @@ pub struct Share {
 /// The share of worker `id` of `workers` (treated as at least 1) in `[0, n)`.
 pub fn share(n: u64, workers: u64, id: u64, chunk: u64) -> Share {
     let workers = workers.max(1);
-    let empty = Share {
-        next: n,
-        n,
-        len: 0,
-        stride: None,
-    };
+    let empty = Share { next: n, n, len: 0, stride: None };
     if id >= workers {
         return empty;
     }
@@ -51,20 +46,10 @@ pub fn share(n: u64, workers: u64, id: u64, chunk: u64) -> Share {
         // id < workers, so id * q <= n: no overflow.
         let start = id * q + id.min(r);
         let len = q + u64::from(id < r);
-        return Share {
-            next: start,
-            n: start + len,
-            len,
-            stride: None,
-        };
+        return Share { next: start, n: start + len, len, stride: None };
     }
     match id.checked_mul(chunk) {
-        Some(start) => Share {
-            next: start,
-            n,
-            len: chunk,
-            stride: workers.checked_mul(chunk),
-        },
+        Some(start) => Share { next: start, n, len: chunk, stride: workers.checked_mul(chunk) },
         None => empty,
     }
 }
@@ -132,10 +117,7 @@ iv_impl!(i32, u32, i64, u64);
 fn thread_team() -> (u64, u64) {
     // SAFETY: libomp queries without preconditions.
     let (tid, threads) = unsafe { (ffi::omp_get_thread_num(), ffi::omp_get_num_threads()) };
-    (
-        u64::try_from(tid).unwrap_or(0),
-        u64::try_from(threads).unwrap_or(1).max(1),
-    )
+    (u64::try_from(tid).unwrap_or(0), u64::try_from(threads).unwrap_or(1).max(1))
 }
 
 /// The implicit barrier at the end of a worksharing loop (none needed for a team of one).
@@ -252,30 +234,10 @@ macro_rules! loops {
     };
 }
 
-loops!(
-    u32,
-    __kmpc_for_static_loop_4u,
-    __kmpc_distribute_static_loop_4u,
-    __kmpc_distribute_for_static_loop_4u
-);
-loops!(
-    i32,
-    __kmpc_for_static_loop_4,
-    __kmpc_distribute_static_loop_4,
-    __kmpc_distribute_for_static_loop_4
-);
-loops!(
-    u64,
-    __kmpc_for_static_loop_8u,
-    __kmpc_distribute_static_loop_8u,
-    __kmpc_distribute_for_static_loop_8u
-);
-loops!(
-    i64,
-    __kmpc_for_static_loop_8,
-    __kmpc_distribute_static_loop_8,
-    __kmpc_distribute_for_static_loop_8
-);
+loops!(u32, __kmpc_for_static_loop_4u, __kmpc_distribute_static_loop_4u, __kmpc_distribute_for_static_loop_4u);
+loops!(i32, __kmpc_for_static_loop_4, __kmpc_distribute_static_loop_4, __kmpc_distribute_for_static_loop_4);
+loops!(u64, __kmpc_for_static_loop_8u, __kmpc_distribute_static_loop_8u, __kmpc_distribute_for_static_loop_8u);
+loops!(i64, __kmpc_for_static_loop_8, __kmpc_distribute_static_loop_8, __kmpc_distribute_for_static_loop_8);
 
 #[cfg(test)]
 mod tests {
@@ -300,10 +262,7 @@ mod tests {
             for workers in 1..=9u64 {
                 for chunk in [0u64, 1, 3, 4, 1000] {
                     let all = (0..workers).flat_map(|id| share(n, workers, id, chunk));
-                    assert!(
-                        coverage(n, all).iter().all(|&h| h == 1),
-                        "n={n} workers={workers} chunk={chunk}"
-                    );
+                    assert!(coverage(n, all).iter().all(|&h| h == 1), "n={n} workers={workers} chunk={chunk}");
                 }
             }
         }
@@ -345,16 +304,10 @@ mod tests {
         let n = u64::MAX;
         let last = share(n, 3, 2, 0).last().unwrap();
         assert_eq!(last.end, n);
-        assert_eq!(
-            pairs(share(n, 2, 1, u64::MAX / 2 + 1)),
-            [(u64::MAX / 2 + 1, u64::MAX)]
-        );
+        assert_eq!(pairs(share(n, 2, 1, u64::MAX / 2 + 1)), [(u64::MAX / 2 + 1, u64::MAX)]);
         assert_eq!(share(n, 2, 1, u64::MAX).count(), 0);
         let n32 = u64::from(u32::MAX);
-        let total: u64 = (0..7)
-            .flat_map(|id| share(n32, 7, id, 0))
-            .map(|r| r.end - r.start)
-            .sum();
+        let total: u64 = (0..7).flat_map(|id| share(n32, 7, id, 0)).map(|r| r.end - r.start).sum();
         assert_eq!(total, n32);
     }
 
@@ -365,9 +318,7 @@ mod tests {
                 for threads in 1..=3u64 {
                     for (bc, tc) in [(0, 0), (0, 2), (7, 0), (5, 3)] {
                         let all = (0..teams).flat_map(|team| {
-                            (0..threads).flat_map(move |tid| {
-                                nested_share(n, teams, team, bc, threads, tid, tc)
-                            })
+                            (0..threads).flat_map(move |tid| nested_share(n, teams, team, bc, threads, tid, tc))
                         });
                         assert!(
                             coverage(n, all).iter().all(|&h| h == 1),

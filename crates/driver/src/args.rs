@@ -24,8 +24,9 @@ impl Lang {
         match ext {
             "c" | "i" => Some(Lang::C),
             "cpp" | "cc" | "cxx" | "c++" | "C" | "cp" | "CPP" | "ii" => Some(Lang::Cxx),
-            "f" | "F" | "f90" | "F90" | "f95" | "F95" | "f03" | "F03" | "f08" | "F08" | "for"
-            | "FOR" | "ftn" => Some(Lang::Fortran),
+            "f" | "F" | "f90" | "F90" | "f95" | "F95" | "f03" | "F03" | "f08" | "F08" | "for" | "FOR" | "ftn" => {
+                Some(Lang::Fortran)
+            }
             _ => None,
         }
     }
@@ -158,10 +159,7 @@ fn group_index(targets: &mut Vec<TargetGroup>, triple: &str) -> Result<usize> {
     if let Some(i) = targets.iter().position(|t| t.triple == triple) {
         return Ok(i);
     }
-    targets.push(TargetGroup {
-        triple: triple.to_string(),
-        opts: Vec::new(),
-    });
+    targets.push(TargetGroup { triple: triple.to_string(), opts: Vec::new() });
     Ok(targets.len() - 1)
 }
 
@@ -244,9 +242,7 @@ pub fn parse(prog: &str, argv: &[String]) -> Result<Args> {
                 let g = group_index(&mut a.targets, &t)?;
                 a.targets[g].opts.push(vec![v]);
             }
-            ("-Xopenmp-target", None) => {
-                untargeted_x.push(take_value(argv, &mut i, "-Xopenmp-target")?)
-            }
+            ("-Xopenmp-target", None) => untargeted_x.push(take_value(argv, &mut i, "-Xopenmp-target")?),
             ("-x", None) => {
                 let v = take_value(argv, &mut i, "-x")?;
                 x = if v == "none" { None } else { Some(v) };
@@ -270,11 +266,7 @@ pub fn parse(prog: &str, argv: &[String]) -> Result<Args> {
                     None => Lang::from_path(arg),
                 };
                 a.items.push(Item::Input(a.inputs.len()));
-                a.inputs.push(Input {
-                    path: arg.clone(),
-                    lang,
-                    x: x.clone(),
-                });
+                a.inputs.push(Input { path: arg.clone(), lang, x: x.clone() });
             }
         }
         i += 1;
@@ -290,20 +282,12 @@ pub fn parse(prog: &str, argv: &[String]) -> Result<Args> {
     };
     if !untargeted_x.is_empty() {
         if a.targets.len() != 1 {
-            bail!(
-                "'-Xopenmp-target' without '=<triple>' needs exactly one offload target (found {})",
-                a.targets.len()
-            );
+            bail!("'-Xopenmp-target' without '=<triple>' needs exactly one offload target (found {})", a.targets.len());
         }
-        a.targets[0]
-            .opts
-            .extend(untargeted_x.into_iter().map(|v| vec![v]));
+        a.targets[0].opts.extend(untargeted_x.into_iter().map(|v| vec![v]));
     }
     if a.openmp && a.targets.is_empty() {
-        a.targets.push(TargetGroup {
-            triple: HOST_TRIPLE.to_string(),
-            opts: Vec::new(),
-        });
+        a.targets.push(TargetGroup { triple: HOST_TRIPLE.to_string(), opts: Vec::new() });
     }
     Ok(a)
 }
@@ -351,14 +335,8 @@ mod tests {
         assert_eq!(a.targets[0].opts, vec![vec!["-DDEV".to_string()]]);
         assert_eq!(a.targets[1].opts, vec![vec!["-march=sm_80".to_string()]]);
         let host: Vec<_> = a.host_opts().cloned().collect();
-        assert_eq!(
-            host,
-            vec![vec!["-O2".to_string()], vec!["-DHOST".to_string()]]
-        );
-        assert_eq!(
-            a.inputs.iter().map(|i| i.path.as_str()).collect::<Vec<_>>(),
-            ["a.c", "b.c"]
-        );
+        assert_eq!(host, vec![vec!["-O2".to_string()], vec!["-DHOST".to_string()]]);
+        assert_eq!(a.inputs.iter().map(|i| i.path.as_str()).collect::<Vec<_>>(), ["a.c", "b.c"]);
         assert_eq!(a.output.as_deref(), Some("app"));
         assert_eq!(a.mode, Mode::Link);
     }
@@ -376,10 +354,8 @@ mod tests {
     fn untargeted_xopenmp_target_needs_one_target() {
         let a = p("-fopenmp -fopenmp-targets=x86_64-pc-linux-gnu -Xopenmp-target -O3 a.c");
         assert_eq!(a.targets[0].opts, vec![vec!["-O3".to_string()]]);
-        let v: Vec<String> = "-fopenmp-targets=a,b -Xopenmp-target -O3 a.c"
-            .split_whitespace()
-            .map(String::from)
-            .collect();
+        let v: Vec<String> =
+            "-fopenmp-targets=a,b -Xopenmp-target -O3 a.c".split_whitespace().map(String::from).collect();
         assert!(parse("ompcc", &v).is_err());
     }
 
@@ -388,10 +364,7 @@ mod tests {
         let a = p("-I inc -o out -l m -x c++ x.h -x none f.f90 lib.a");
         assert_eq!(
             a.host_opts().cloned().collect::<Vec<_>>(),
-            vec![
-                vec!["-I".to_string(), "inc".to_string()],
-                vec!["-l".to_string(), "m".to_string()]
-            ]
+            vec![vec!["-I".to_string(), "inc".to_string()], vec!["-l".to_string(), "m".to_string()]]
         );
         assert_eq!(a.inputs[0].lang, Some(Lang::Cxx));
         assert_eq!(a.inputs[1].lang, Some(Lang::Fortran));

@@ -73,15 +73,13 @@ pub struct ElfInfo<'a> {
 
 /// Reads an ELF file; `with_symbols` also collects its symbol table.
 pub fn read_elf<'a>(name: &str, data: &'a [u8], with_symbols: bool) -> Result<ElfInfo<'a>> {
-    let file = object::File::parse(data)
-        .map_err(|e| Error::new(format!("{name}: not a valid ELF file: {e}")))?;
+    let file = object::File::parse(data).map_err(|e| Error::new(format!("{name}: not a valid ELF file: {e}")))?;
     let mut info = ElfInfo::default();
     for section in file.sections() {
         match section.name() {
             Ok(SECTION) => {
-                let bytes = section.data().map_err(|e| {
-                    Error::new(format!("{name}: section {SECTION} cannot be read: {e}"))
-                })?;
+                let bytes =
+                    section.data().map_err(|e| Error::new(format!("{name}: section {SECTION} cannot be read: {e}")))?;
                 let images = OffloadBinary::parse_all(bytes)
                     .map_err(|e| Error::new(format!("{name}: corrupt {SECTION} section: {e}")))?;
                 info.images.extend(images);
@@ -109,15 +107,12 @@ pub fn read_elf<'a>(name: &str, data: &'a [u8], with_symbols: bool) -> Result<El
 
 /// The members of a static archive, by name.
 pub fn archive_members<'a>(name: &str, data: &'a [u8]) -> Result<Vec<(String, &'a [u8])>> {
-    let ar = ArchiveFile::parse(data)
-        .map_err(|e| Error::new(format!("{name}: not a valid archive: {e}")))?;
+    let ar = ArchiveFile::parse(data).map_err(|e| Error::new(format!("{name}: not a valid archive: {e}")))?;
     let mut out = Vec::new();
     for m in ar.members() {
         let m = m.map_err(|e| Error::new(format!("{name}: corrupt archive member: {e}")))?;
         let member = String::from_utf8_lossy(m.name()).into_owned();
-        let bytes = m
-            .data(data)
-            .map_err(|e| Error::new(format!("{name}({member}): cannot be read: {e}")))?;
+        let bytes = m.data(data).map_err(|e| Error::new(format!("{name}({member}): cannot be read: {e}")))?;
         out.push((member, bytes));
     }
     Ok(out)
@@ -125,16 +120,9 @@ pub fn archive_members<'a>(name: &str, data: &'a [u8]) -> Result<Vec<(String, &'
 
 /// The images held by any file: ELF, archive (member by member) or bare OffloadBinary.
 /// Each comes with the archive member it was found in.
-pub fn images_in<'a>(
-    name: &str,
-    data: &'a [u8],
-) -> Result<Vec<(Option<String>, OffloadBinary<'a>)>> {
+pub fn images_in<'a>(name: &str, data: &'a [u8]) -> Result<Vec<(Option<String>, OffloadBinary<'a>)>> {
     match container(data) {
-        Container::Elf => Ok(read_elf(name, data, false)?
-            .images
-            .into_iter()
-            .map(|b| (None, b))
-            .collect()),
+        Container::Elf => Ok(read_elf(name, data, false)?.images.into_iter().map(|b| (None, b)).collect()),
         Container::OffloadBinary => OffloadBinary::parse_all(data)
             .map(|v| v.into_iter().map(|b| (None, b)).collect())
             .map_err(|e| Error::new(format!("{name}: corrupt OffloadBinary: {e}"))),
@@ -143,12 +131,7 @@ pub fn images_in<'a>(
             for (member, bytes) in archive_members(name, data)? {
                 if container(bytes) == Container::Elf {
                     let full = format!("{name}({member})");
-                    out.extend(
-                        read_elf(&full, bytes, false)?
-                            .images
-                            .into_iter()
-                            .map(|b| (Some(member.clone()), b)),
-                    );
+                    out.extend(read_elf(&full, bytes, false)?.images.into_iter().map(|b| (Some(member.clone()), b)));
                 }
             }
             Ok(out)
@@ -160,10 +143,7 @@ pub fn images_in<'a>(
 /// The members of archives to take device code from: those that define a symbol the objects
 /// (or members already taken) need, repeated until nothing changes, as the host link would.
 /// `objects` are the plain inputs' (defines, needs); `members` each archive member's.
-pub fn select_members(
-    objects: &[(Vec<String>, Vec<String>)],
-    members: &[(Vec<String>, Vec<String>)],
-) -> Vec<bool> {
+pub fn select_members(objects: &[(Vec<String>, Vec<String>)], members: &[(Vec<String>, Vec<String>)]) -> Vec<bool> {
     let mut defined: HashSet<&str> = HashSet::new();
     let mut needed: HashSet<&str> = HashSet::new();
     for (defs, needs) in objects {
@@ -174,11 +154,7 @@ pub fn select_members(
     loop {
         let mut changed = false;
         for (i, (defs, needs)) in members.iter().enumerate() {
-            if taken[i]
-                || !defs
-                    .iter()
-                    .any(|d| needed.contains(d.as_str()) && !defined.contains(d.as_str()))
-            {
+            if taken[i] || !defs.iter().any(|d| needed.contains(d.as_str()) && !defined.contains(d.as_str())) {
                 continue;
             }
             taken[i] = true;
@@ -202,11 +178,7 @@ pub fn producer(image: &[u8]) -> Option<String> {
         .filter(|s| !s.is_empty())
         .map(|s| String::from_utf8_lossy(s).trim().to_string())
         .collect();
-    lines
-        .iter()
-        .find(|l| l.contains("clang") || l.contains("flang"))
-        .or(lines.first())
-        .cloned()
+    lines.iter().find(|l| l.contains("clang") || l.contains("flang")).or(lines.first()).cloned()
 }
 
 #[cfg(test)]

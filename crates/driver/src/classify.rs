@@ -18,9 +18,7 @@ pub enum Class {
 /// Classifies an option (with its separate value, if any).
 pub fn classify(opt: &[String]) -> Class {
     let o = opt[0].as_str();
-    const DEPS: &[&str] = &[
-        "-M", "-MM", "-MD", "-MMD", "-MF", "-MT", "-MQ", "-MP", "-MG",
-    ];
+    const DEPS: &[&str] = &["-M", "-MM", "-MD", "-MMD", "-MF", "-MT", "-MQ", "-MP", "-MG"];
     const LINK_EXACT: &[&str] = &[
         "-shared",
         "-static",
@@ -44,11 +42,7 @@ pub fn classify(opt: &[String]) -> Class {
     if DEPS.contains(&o) {
         return Class::Deps;
     }
-    if LINK_EXACT.contains(&o)
-        || o.starts_with("-Wl,")
-        || o.starts_with("-L")
-        || o.starts_with("-l")
-    {
+    if LINK_EXACT.contains(&o) || o.starts_with("-Wl,") || o.starts_with("-L") || o.starts_with("-l") {
         return Class::Link;
     }
     if o.starts_with("-I")
@@ -57,14 +51,7 @@ pub fn classify(opt: &[String]) -> Class {
         || o.starts_with("-Wp,")
         || matches!(
             o,
-            "-include"
-                | "-imacros"
-                | "-isystem"
-                | "-idirafter"
-                | "-iquote"
-                | "-iprefix"
-                | "-isysroot"
-                | "-nostdinc"
+            "-include" | "-imacros" | "-isystem" | "-idirafter" | "-iquote" | "-iprefix" | "-isysroot" | "-nostdinc"
         )
         || o.starts_with("-isystem")
         || o.starts_with("-J")
@@ -76,10 +63,7 @@ pub fn classify(opt: &[String]) -> Class {
     if o.starts_with("-std=")
         || (o.starts_with("-W") && !o.starts_with("-Wa,"))
         || o.starts_with("-pedantic")
-        || matches!(
-            o,
-            "-w" | "-ansi" | "-Xclang" | "-Xflang" | "-C" | "-P" | "-trigraphs"
-        )
+        || matches!(o, "-w" | "-ansi" | "-Xclang" | "-Xflang" | "-C" | "-P" | "-trigraphs")
     {
         return Class::Frontend;
     }

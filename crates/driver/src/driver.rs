@@ -22,19 +22,9 @@ pub fn build(args: &Args) -> Result<()> {
     }
     let tc = Toolchain::find(args.clang.as_deref(), args.flang.as_deref())?;
     let temps = Temps::new(args.save_temps, args.dry_run)?;
-    let runner = Runner {
-        dry_run: args.dry_run,
-        verbose: args.verbose,
-    };
-    let ctx = Ctx {
-        args,
-        tc: &tc,
-        temps: &temps,
-        runner,
-    };
-    let sources: Vec<usize> = (0..args.inputs.len())
-        .filter(|&i| args.inputs[i].lang.is_some())
-        .collect();
+    let runner = Runner { dry_run: args.dry_run, verbose: args.verbose };
+    let ctx = Ctx { args, tc: &tc, temps: &temps, runner };
+    let sources: Vec<usize> = (0..args.inputs.len()).filter(|&i| args.inputs[i].lang.is_some()).collect();
 
     let emit = match args.mode {
         Mode::Preprocess => Emit::Preprocessed,
@@ -50,16 +40,10 @@ pub fn build(args: &Args) -> Result<()> {
             Emit::ForLink => None,
             Emit::Preprocessed => args.output.as_ref().map(PathBuf::from),
             Emit::Assembly => Some(
-                args.output
-                    .as_ref()
-                    .map_or_else(|| format!("{}.s", stem(&args.inputs[i].path)), Clone::clone)
-                    .into(),
+                args.output.as_ref().map_or_else(|| format!("{}.s", stem(&args.inputs[i].path)), Clone::clone).into(),
             ),
             Emit::Object => Some(
-                args.output
-                    .as_ref()
-                    .map_or_else(|| format!("{}.o", stem(&args.inputs[i].path)), Clone::clone)
-                    .into(),
+                args.output.as_ref().map_or_else(|| format!("{}.o", stem(&args.inputs[i].path)), Clone::clone).into(),
             ),
         }
     };
@@ -82,11 +66,7 @@ fn compile_all(
     let n = ctx.args.inputs.len();
     let results: Mutex<Vec<Option<Result<Compiled>>>> = Mutex::new((0..n).map(|_| None).collect());
     let next = AtomicUsize::new(0);
-    let jobs = if ctx.runner.dry_run {
-        1
-    } else {
-        std::thread::available_parallelism().map_or(1, |p| p.get())
-    };
+    let jobs = if ctx.runner.dry_run { 1 } else { std::thread::available_parallelism().map_or(1, |p| p.get()) };
     let work = || loop {
         let k = next.fetch_add(1, Ordering::Relaxed);
         let Some(&i) = sources.get(k) else { break };
@@ -105,9 +85,7 @@ fn compile_all(
         }
         work();
     });
-    let results = results
-        .into_inner()
-        .map_err(|_| Error::new("internal error: a compile job panicked"))?;
+    let results = results.into_inner().map_err(|_| Error::new("internal error: a compile job panicked"))?;
     let mut out = Vec::with_capacity(n);
     for r in results {
         out.push(r.transpose()?);

@@ -26,28 +26,17 @@ pub fn registration_asm(images: &[Embedded], layout: EntryLayout) -> String {
     let _ = writeln!(s, "\t.hidden\t__start_{sec}\n\t.hidden\t__stop_{sec}");
     s.push_str("\t.section\t.llvm.offloading,\"a\",@llvm_offloading\n");
     for (i, img) in images.iter().enumerate() {
-        let path = img
-            .blob
-            .to_string_lossy()
-            .replace('\\', "\\\\")
-            .replace('"', "\\\"");
+        let path = img.blob.to_string_lossy().replace('\\', "\\\\").replace('"', "\\\"");
         let _ = writeln!(s, "\t.p2align\t3\n.Lompcc_image{i}:\n\t.incbin\t\"{path}\"");
     }
     s.push_str("\t.section\t.data.rel.ro.ompcc_offloading,\"aw\",@progbits\n\t.p2align\t3\n");
     s.push_str(".Lompcc_device_images:\n");
     for (i, img) in images.iter().enumerate() {
         let (b, e) = (img.payload_offset, img.payload_offset + img.payload_size);
-        let _ = writeln!(
-            s,
-            "\t.quad\t.Lompcc_image{i}+{b}\n\t.quad\t.Lompcc_image{i}+{e}"
-        );
+        let _ = writeln!(s, "\t.quad\t.Lompcc_image{i}+{b}\n\t.quad\t.Lompcc_image{i}+{e}");
         let _ = writeln!(s, "\t.quad\t__start_{sec}\n\t.quad\t__stop_{sec}");
     }
-    let _ = writeln!(
-        s,
-        ".Lompcc_descriptor:\n\t.long\t{}\n\t.zero\t4",
-        images.len()
-    );
+    let _ = writeln!(s, ".Lompcc_descriptor:\n\t.long\t{}\n\t.zero\t4", images.len());
     s.push_str("\t.quad\t.Lompcc_device_images\n");
     let _ = writeln!(s, "\t.quad\t__start_{sec}\n\t.quad\t__stop_{sec}");
     s.push_str(concat!(
@@ -82,11 +71,7 @@ mod tests {
 
     #[test]
     fn descriptor_points_at_payload_and_table() {
-        let img = Embedded {
-            blob: PathBuf::from("/t/x.bin"),
-            payload_offset: 144,
-            payload_size: 1000,
-        };
+        let img = Embedded { blob: PathBuf::from("/t/x.bin"), payload_offset: 144, payload_size: 1000 };
         let asm = registration_asm(&[img], EntryLayout::New);
         assert!(asm.contains(".incbin\t\"/t/x.bin\""));
         assert!(asm.contains(".quad\t.Lompcc_image0+144\n\t.quad\t.Lompcc_image0+1144"));

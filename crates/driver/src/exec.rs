@@ -18,12 +18,7 @@ pub struct Cmd {
 impl Cmd {
     /// A command running `prog`, described by `what` in error messages.
     pub fn new(prog: impl Into<String>, what: impl Into<String>) -> Self {
-        Cmd {
-            prog: prog.into(),
-            args: Vec::new(),
-            what: what.into(),
-            note: None,
-        }
+        Cmd { prog: prog.into(), args: Vec::new(), what: what.into(), note: None }
     }
 
     /// Appends one argument.
@@ -44,19 +39,13 @@ impl Cmd {
 
     /// The command as a shell line, quoted where needed.
     pub fn shell_line(&self) -> String {
-        std::iter::once(&self.prog)
-            .chain(&self.args)
-            .map(|a| quote(a))
-            .collect::<Vec<_>>()
-            .join(" ")
+        std::iter::once(&self.prog).chain(&self.args).map(|a| quote(a)).collect::<Vec<_>>().join(" ")
     }
 }
 
 /// Quotes `s` for a POSIX shell when it holds anything but plain characters.
 pub fn quote(s: &str) -> String {
-    let plain = !s.is_empty()
-        && s.chars()
-            .all(|c| c.is_ascii_alphanumeric() || "-_./=,:+@%".contains(c));
+    let plain = !s.is_empty() && s.chars().all(|c| c.is_ascii_alphanumeric() || "-_./=,:+@%".contains(c));
     if plain {
         s.to_string()
     } else {

@@ -19,14 +19,8 @@ pub fn list(path: &str) -> Result<String> {
     }
     let mut out = String::new();
     for (i, (member, bin)) in images.iter().enumerate() {
-        let place = member
-            .as_ref()
-            .map_or_else(|| path.to_string(), |m| format!("{path}({m})"));
-        let arch = if bin.arch().is_empty() {
-            "-"
-        } else {
-            bin.arch()
-        };
+        let place = member.as_ref().map_or_else(|| path.to_string(), |m| format!("{path}({m})"));
+        let arch = if bin.arch().is_empty() { "-" } else { bin.arch() };
         out.push_str(&format!(
             "{place}: image {i}: triple={} arch={arch} kind={} image={} size={} producer={}\n",
             bin.triple(),
@@ -50,8 +44,7 @@ pub fn extract(path: &str, dir: &Path) -> Result<Vec<String>> {
     if images.is_empty() {
         return Err(Error::new(format!("{path}: no offload images found")));
     }
-    std::fs::create_dir_all(dir)
-        .map_err(|e| Error::new(format!("cannot create {}: {e}", dir.display())))?;
+    std::fs::create_dir_all(dir).map_err(|e| Error::new(format!("cannot create {}: {e}", dir.display())))?;
     let stem = crate::temps::stem(path);
     let mut written = Vec::new();
     for (i, (_, bin)) in images.iter().enumerate() {
@@ -62,14 +55,9 @@ pub fn extract(path: &str, dir: &Path) -> Result<Vec<String>> {
             _ if is_shared(bin.image) => "so",
             _ => "o",
         };
-        let arch = if bin.arch().is_empty() {
-            String::new()
-        } else {
-            format!("-{}", bin.arch())
-        };
+        let arch = if bin.arch().is_empty() { String::new() } else { format!("-{}", bin.arch()) };
         let file = dir.join(format!("{stem}.{i}.{}{arch}.{ext}", bin.triple()));
-        std::fs::write(&file, bin.image)
-            .map_err(|e| Error::new(format!("cannot write {}: {e}", file.display())))?;
+        std::fs::write(&file, bin.image).map_err(|e| Error::new(format!("cannot write {}: {e}", file.display())))?;
         written.push(file.to_string_lossy().into_owned());
     }
     Ok(written)

@@ -61,11 +61,7 @@ pub fn link(ctx: &Ctx, compiled: &[Option<Compiled>], out: &str) -> Result<()> {
     }
 
     // Device objects: from compiled sources, then from input objects and archives.
-    let mut devices: Vec<DeviceObj> = compiled
-        .iter()
-        .flatten()
-        .flat_map(|c| c.devices.iter().cloned())
-        .collect();
+    let mut devices: Vec<DeviceObj> = compiled.iter().flatten().flat_map(|c| c.devices.iter().cloned()).collect();
     let mut layout: Option<EntryLayout> = None;
     let mut note_layout = |l: Option<EntryLayout>, name: &str| -> Result<()> {
         match (layout, l) {
@@ -77,10 +73,8 @@ pub fn link(ctx: &Ctx, compiled: &[Option<Compiled>], out: &str) -> Result<()> {
         }
         Ok(())
     };
-    let datas: Vec<(String, Vec<u8>)> = files
-        .iter()
-        .filter_map(|f| std::fs::read(f).ok().map(|d| (f.clone(), d)))
-        .collect();
+    let datas: Vec<(String, Vec<u8>)> =
+        files.iter().filter_map(|f| std::fs::read(f).ok().map(|d| (f.clone(), d))).collect();
     let mut objects: Vec<Scanned> = Vec::new();
     let mut archive_members: Vec<(String, Scanned, Vec<OffloadBinary>)> = Vec::new();
     let mut found: Vec<(String, OffloadBinary)> = Vec::new();
@@ -90,17 +84,11 @@ pub fn link(ctx: &Ctx, compiled: &[Option<Compiled>], out: &str) -> Result<()> {
                 let info = bundle::read_elf(name, data, true)?;
                 note_layout(info.layout, name)?;
                 found.extend(info.images.into_iter().map(|b| (name.clone(), b)));
-                objects.push(Scanned {
-                    layout: info.layout,
-                    defines: info.defines,
-                    needs: info.needs,
-                });
+                objects.push(Scanned { layout: info.layout, defines: info.defines, needs: info.needs });
             }
             Container::Archive => {
                 let members = bundle::archive_members(name, data)?;
-                let any_offload = members
-                    .iter()
-                    .any(|(_, m)| contains(m, bundle::SECTION.as_bytes()));
+                let any_offload = members.iter().any(|(_, m)| contains(m, bundle::SECTION.as_bytes()));
                 if !any_offload {
                     continue;
                 }
@@ -110,11 +98,7 @@ pub fn link(ctx: &Ctx, compiled: &[Option<Compiled>], out: &str) -> Result<()> {
                     }
                     let full = format!("{name}({member})");
                     let info = bundle::read_elf(&full, bytes, true)?;
-                    let s = Scanned {
-                        layout: info.layout,
-                        defines: info.defines,
-                        needs: info.needs,
-                    };
+                    let s = Scanned { layout: info.layout, defines: info.defines, needs: info.needs };
                     archive_members.push((full, s, info.images));
                 }
             }
@@ -122,14 +106,8 @@ pub fn link(ctx: &Ctx, compiled: &[Option<Compiled>], out: &str) -> Result<()> {
         }
     }
     if !archive_members.is_empty() {
-        let objs: Vec<_> = objects
-            .iter()
-            .map(|o| (o.defines.clone(), o.needs.clone()))
-            .collect();
-        let mems: Vec<_> = archive_members
-            .iter()
-            .map(|(_, s, _)| (s.defines.clone(), s.needs.clone()))
-            .collect();
+        let objs: Vec<_> = objects.iter().map(|o| (o.defines.clone(), o.needs.clone())).collect();
+        let mems: Vec<_> = archive_members.iter().map(|(_, s, _)| (s.defines.clone(), s.needs.clone())).collect();
         let taken = bundle::select_members(&objs, &mems);
         for ((name, s, images), take) in archive_members.into_iter().zip(taken) {
             if take {
@@ -145,40 +123,24 @@ pub fn link(ctx: &Ctx, compiled: &[Option<Compiled>], out: &str) -> Result<()> {
         let ext = match bin.image_kind {
             ImageKind::Object => "o",
             ImageKind::Bitcode => "bc",
-            other => bail!(
-                "{name}: device image of kind {} cannot be linked by ompcc",
-                other.name()
-            ),
+            other => bail!("{name}: device image of kind {} cannot be linked by ompcc", other.name()),
         };
-        let path = ctx
-            .temps
-            .path(&format!("image{i}"), &format!("{}.{ext}", bin.triple()));
+        let path = ctx.temps.path(&format!("image{i}"), &format!("{}.{ext}", bin.triple()));
         if !ctx.runner.dry_run {
             std::fs::write(&path, bin.image)
                 .map_err(|e| Error::new(format!("cannot write {}: {e}", path.display())))?;
         }
-        devices.push(DeviceObj {
-            triple: bin.triple().to_string(),
-            arch: bin.arch().to_string(),
-            path,
-        });
+        devices.push(DeviceObj { triple: bin.triple().to_string(), arch: bin.arch().to_string(), path });
     }
 
     // Objects alone do not say their language; C++ runtime references do.
-    if lang == Lang::C
-        && args.link_lang.is_none()
-        && objects
-            .iter()
-            .any(|o| o.needs.iter().any(|n| is_cxx_runtime(n)))
+    if lang == Lang::C && args.link_lang.is_none() && objects.iter().any(|o| o.needs.iter().any(|n| is_cxx_runtime(n)))
     {
         lang = Lang::Cxx;
     }
     let (prog, mode_flag) = match lang {
         Lang::Fortran => (ctx.tc.flang()?.path.to_string_lossy().into_owned(), None),
-        Lang::Cxx => (
-            ctx.tc.clang.path.to_string_lossy().into_owned(),
-            Some("--driver-mode=g++"),
-        ),
+        Lang::Cxx => (ctx.tc.clang.path.to_string_lossy().into_owned(), Some("--driver-mode=g++")),
         Lang::C => (ctx.tc.clang.path.to_string_lossy().into_owned(), None),
     };
     let mut host = Cmd::new(prog.clone(), "host link");
@@ -195,16 +157,8 @@ pub fn link(ctx: &Ctx, compiled: &[Option<Compiled>], out: &str) -> Result<()> {
         return ctx.runner.run(&host);
     }
 
-    let layout = layout.unwrap_or(if ctx.tc.clang.major >= 20 {
-        EntryLayout::New
-    } else {
-        EntryLayout::Legacy
-    });
-    let rt = runtime::find(
-        args.runtime_dir.as_deref(),
-        layout.abi_major(),
-        &ctx.tc.clang.path,
-    )?;
+    let layout = layout.unwrap_or(if ctx.tc.clang.major >= 20 { EntryLayout::New } else { EntryLayout::Legacy });
+    let rt = runtime::find(args.runtime_dir.as_deref(), layout.abi_major(), &ctx.tc.clang.path)?;
     let rt_dir = rt.dir.to_string_lossy().into_owned();
     let rt_libs = [format!("-L{rt_dir}"), format!("-l:{}", rt.lib)];
 
@@ -221,18 +175,9 @@ pub fn link(ctx: &Ctx, compiled: &[Option<Compiled>], out: &str) -> Result<()> {
     for triple in &triples {
         crate::toolchain::check_triple(triple)?;
         let objs: Vec<&DeviceObj> = devices.iter().filter(|d| &d.triple == triple).collect();
-        let arch = objs
-            .iter()
-            .map(|d| d.arch.clone())
-            .find(|a| !a.is_empty())
-            .unwrap_or_default();
-        let lib = ctx
-            .temps
-            .path(&crate::temps::stem(out), &format!("{triple}.so"));
-        let mut c = Cmd::new(
-            prog.clone(),
-            format!("device link for offload target {triple}"),
-        );
+        let arch = objs.iter().map(|d| d.arch.clone()).find(|a| !a.is_empty()).unwrap_or_default();
+        let lib = ctx.temps.path(&crate::temps::stem(out), &format!("{triple}.so"));
+        let mut c = Cmd::new(prog.clone(), format!("device link for offload target {triple}"));
         c.note = Some(format!("link: pipeline for offload target {triple}"));
         c.args(mode_flag);
         c.arg(format!("--target={triple}"));
@@ -260,8 +205,7 @@ pub fn link(ctx: &Ctx, compiled: &[Option<Compiled>], out: &str) -> Result<()> {
         }
         if let Some(g) = args.targets.iter().find(|t| &t.triple == triple) {
             for o in &g.opts {
-                if matches!(classify(o), Class::Link | Class::Both) && !o[0].starts_with("-march=")
-                {
+                if matches!(classify(o), Class::Link | Class::Both) && !o[0].starts_with("-march=") {
                     c.args(o.iter().cloned());
                 }
             }
@@ -278,27 +222,19 @@ pub fn link(ctx: &Ctx, compiled: &[Option<Compiled>], out: &str) -> Result<()> {
     // Pack each library and write the registration code.
     let mut embedded = Vec::new();
     for (triple, arch, lib) in &libs {
-        let blob = ctx
-            .temps
-            .path(&crate::temps::stem(out), &format!("{triple}.offload"));
+        let blob = ctx.temps.path(&crate::temps::stem(out), &format!("{triple}.offload"));
         ctx.runner.note(&format!(
             "pack {} as OffloadBinary (openmp, triple={triple}, arch={arch}) into {}",
             lib.display(),
             blob.display()
         ));
         embedded.push(if ctx.runner.dry_run {
-            Embedded {
-                blob,
-                payload_offset: 0,
-                payload_size: 0,
-            }
+            Embedded { blob, payload_offset: 0, payload_size: 0 }
         } else {
             pack_library(triple, arch, lib, &blob)?
         });
     }
-    let asm = ctx
-        .temps
-        .path(&crate::temps::stem(out), "offload-wrapper.s");
+    let asm = ctx.temps.path(&crate::temps::stem(out), "offload-wrapper.s");
     ctx.runner.note(&format!(
         "write registration code ({} image(s), {}) to {}",
         embedded.len(),
@@ -311,14 +247,8 @@ pub fn link(ctx: &Ctx, compiled: &[Option<Compiled>], out: &str) -> Result<()> {
     let wrapper = if lang == Lang::Fortran {
         // flang does not assemble: let clang do it.
         let obj = asm.with_extension("o");
-        let mut c = Cmd::new(
-            ctx.tc.clang.path.to_string_lossy(),
-            "assembling the offload registration code",
-        );
-        c.arg("-c")
-            .arg(asm.to_string_lossy())
-            .arg("-o")
-            .arg(obj.to_string_lossy());
+        let mut c = Cmd::new(ctx.tc.clang.path.to_string_lossy(), "assembling the offload registration code");
+        c.arg("-c").arg(asm.to_string_lossy()).arg("-o").arg(obj.to_string_lossy());
         ctx.runner.run(&c)?;
         obj
     } else {
@@ -328,36 +258,28 @@ pub fn link(ctx: &Ctx, compiled: &[Option<Compiled>], out: &str) -> Result<()> {
     host.arg(wrapper.to_string_lossy());
     host.arg("-fopenmp");
     host.args(rt_libs.iter().cloned());
-    host.arg("-Wl,--enable-new-dtags")
-        .arg(format!("-Wl,-rpath,{rt_dir}"));
+    host.arg("-Wl,--enable-new-dtags").arg(format!("-Wl,-rpath,{rt_dir}"));
     host.arg("-o").arg(out);
     ctx.runner.run(&host)
 }
 
 /// Writes `lib` as an OffloadBinary and says where its payload lies.
 fn pack_library(triple: &str, arch: &str, lib: &Path, blob: &Path) -> Result<Embedded> {
-    let image = std::fs::read(lib)
-        .map_err(|e| Error::new(format!("cannot read {}: {e}", lib.display())))?;
+    let image = std::fs::read(lib).map_err(|e| Error::new(format!("cannot read {}: {e}", lib.display())))?;
     let bytes = omp_format::offload_binary::write(
         ImageKind::Object,
         OffloadKind::OpenMp,
         &[("triple", triple), ("arch", arch)],
         &image,
     );
-    let parsed =
-        OffloadBinary::parse(&bytes).map_err(|e| Error::new(format!("internal error: {e}")))?;
+    let parsed = OffloadBinary::parse(&bytes).map_err(|e| Error::new(format!("internal error: {e}")))?;
     let payload_offset = (parsed.image.as_ptr() as usize - bytes.as_ptr() as usize) as u64;
     write(blob, &bytes)?;
-    Ok(Embedded {
-        blob: blob.to_path_buf(),
-        payload_offset,
-        payload_size: image.len() as u64,
-    })
+    Ok(Embedded { blob: blob.to_path_buf(), payload_offset, payload_size: image.len() as u64 })
 }
 
 fn write(path: &Path, bytes: &[u8]) -> Result<()> {
-    std::fs::write(path, bytes)
-        .map_err(|e| Error::new(format!("cannot write {}: {e}", path.display())))
+    std::fs::write(path, bytes).map_err(|e| Error::new(format!("cannot write {}: {e}", path.display())))
 }
 
 /// The language the program links as: the program name or `--driver-mode=`, else Fortran if
@@ -366,13 +288,7 @@ fn link_lang(ctx: &Ctx, compiled: &[Option<Compiled>]) -> Lang {
     if let Some(l) = ctx.args.link_lang {
         return l;
     }
-    let langs: Vec<Lang> = ctx
-        .args
-        .inputs
-        .iter()
-        .zip(compiled)
-        .filter_map(|(i, _)| i.lang)
-        .collect();
+    let langs: Vec<Lang> = ctx.args.inputs.iter().zip(compiled).filter_map(|(i, _)| i.lang).collect();
     if langs.contains(&Lang::Fortran) {
         Lang::Fortran
     } else if langs.contains(&Lang::Cxx) {
@@ -397,10 +313,7 @@ fn lib_dirs(ctx: &Ctx) -> Vec<PathBuf> {
 /// `-lNAME` resolved as the linker would, when it resolves to a static archive.
 fn find_static_lib(name: &str, dirs: &[PathBuf]) -> Option<PathBuf> {
     if let Some(file) = name.strip_prefix(':') {
-        return dirs
-            .iter()
-            .map(|d| d.join(file))
-            .find(|p| p.is_file() && file.ends_with(".a"));
+        return dirs.iter().map(|d| d.join(file)).find(|p| p.is_file() && file.ends_with(".a"));
     }
     for d in dirs {
         if d.join(format!("lib{name}.so")).exists() {
@@ -416,19 +329,9 @@ fn find_static_lib(name: &str, dirs: &[PathBuf]) -> Option<PathBuf> {
 
 /// Symbols only C++ code needs from the C++ runtime.
 fn is_cxx_runtime(sym: &str) -> bool {
-    [
-        "_ZSt",
-        "_ZNSt",
-        "_ZNKSt",
-        "_Znw",
-        "_Zna",
-        "_Zdl",
-        "_Zda",
-        "__cxa_",
-        "__gxx_personality",
-    ]
-    .iter()
-    .any(|p| sym.starts_with(p))
+    ["_ZSt", "_ZNSt", "_ZNKSt", "_Znw", "_Zna", "_Zdl", "_Zda", "__cxa_", "__gxx_personality"]
+        .iter()
+        .any(|p| sym.starts_with(p))
 }
 
 fn contains(hay: &[u8], needle: &[u8]) -> bool {

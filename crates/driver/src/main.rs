@@ -39,14 +39,9 @@ fn run(argv: &[String]) -> error::Result<()> {
         Action::Version => {
             println!("ompcc {}", env!("CARGO_PKG_VERSION"));
             let tc = toolchain::Toolchain::find(args.clang.as_deref(), args.flang.as_deref())?;
-            let status = std::process::Command::new(&tc.clang.path)
-                .arg("--version")
-                .status();
+            let status = std::process::Command::new(&tc.clang.path).arg("--version").status();
             if !status.is_ok_and(|s| s.success()) {
-                return Err(error::Error::new(format!(
-                    "cannot run {} --version",
-                    tc.clang.path.display()
-                )));
+                return Err(error::Error::new(format!("cannot run {} --version", tc.clang.path.display())));
             }
         }
         Action::List(file) => print!("{}", inspect::list(file)?),
@@ -62,9 +57,7 @@ fn run(argv: &[String]) -> error::Result<()> {
 }
 
 fn main() {
-    let argv: Vec<String> = std::env::args_os()
-        .map(|a| a.to_string_lossy().into_owned())
-        .collect();
+    let argv: Vec<String> = std::env::args_os().map(|a| a.to_string_lossy().into_owned()).collect();
     if let Err(e) = run(&argv) {
         eprintln!("ompcc: error: {e}");
         std::process::exit(1);

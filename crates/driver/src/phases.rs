@@ -63,9 +63,7 @@ impl Ctx<'_> {
         let group = self.args.targets.iter().find(|t| t.triple == triple);
         let given = group.and_then(|g| {
             g.opts.iter().rev().find_map(|o| {
-                o[0].strip_prefix("-march=")
-                    .or_else(|| o[0].strip_prefix("--offload-arch="))
-                    .map(str::to_string)
+                o[0].strip_prefix("-march=").or_else(|| o[0].strip_prefix("--offload-arch=")).map(str::to_string)
             })
         });
         match given {
@@ -77,31 +75,20 @@ impl Ctx<'_> {
 
     /// Compiles one source; `out` is the final file for `-E/-S/-c`.
     pub fn compile(&self, input: &Input, emit: Emit, out: Option<&Path>) -> Result<Compiled> {
-        let lang = input
-            .lang
-            .ok_or_else(|| Error::new(format!("{}: not a source file", input.path)))?;
+        let lang = input.lang.ok_or_else(|| Error::new(format!("{}: not a source file", input.path)))?;
         let tool = self.tool(lang)?;
         let fortran = lang == Lang::Fortran;
         let prog = tool.path.to_string_lossy().into_owned();
         let name = &input.path;
         let st = stem(name);
-        let final_out = |ext: &str| -> PathBuf {
-            out.map(Path::to_path_buf)
-                .unwrap_or_else(|| self.temps.path(&st, ext))
-        };
+        let final_out =
+            |ext: &str| -> PathBuf { out.map(Path::to_path_buf).unwrap_or_else(|| self.temps.path(&st, ext)) };
         let host_opts: Vec<&Vec<String>> = self.args.host_opts().collect();
         let offload = self.args.offloading();
-        let triples: Vec<&str> = self
-            .args
-            .targets
-            .iter()
-            .map(|t| t.triple.as_str())
-            .collect();
+        let triples: Vec<&str> = self.args.targets.iter().map(|t| t.triple.as_str()).collect();
         let offload_flags = |c: &mut Cmd| {
             if offload {
-                c.arg("-fopenmp")
-                    .arg(format!("-fopenmp-targets={}", triples.join(",")))
-                    .arg("--offload-host-only");
+                c.arg("-fopenmp").arg(format!("-fopenmp-targets={}", triples.join(","))).arg("--offload-host-only");
             } else if self.args.openmp {
                 c.arg("-fopenmp");
             }
@@ -148,10 +135,7 @@ impl Ctx<'_> {
                 c.arg("-o").arg(h.to_string_lossy());
             }
             self.runner.run(&c)?;
-            return Ok(Compiled {
-                host: host.unwrap_or_default(),
-                devices: Vec::new(),
-            });
+            return Ok(Compiled { host: host.unwrap_or_default(), devices: Vec::new() });
         }
 
         // 1. Host front end: bitcode that the device compiles read.
@@ -177,10 +161,7 @@ impl Ctx<'_> {
         for t in &self.args.targets {
             let triple = t.triple.as_str();
             let dev = self.temps.path(&st, &format!("{triple}.o"));
-            let mut c = Cmd::new(
-                prog.clone(),
-                format!("{name}: compile for offload target {triple}"),
-            );
+            let mut c = Cmd::new(prog.clone(), format!("{name}: compile for offload target {triple}"));
             c.arg(format!("--target={triple}")).arg("-fopenmp");
             let x = if fortran { "-Xflang" } else { "-Xclang" };
             if is_cpu_target(triple) {
@@ -190,13 +171,7 @@ impl Ctx<'_> {
                 c.arg("-fvisibility=protected");
                 c.args([x, "-aux-triple", x, crate::args::HOST_TRIPLE]);
             }
-            c.args([
-                x,
-                "-fopenmp-is-target-device",
-                x,
-                "-fopenmp-host-ir-file-path",
-                x,
-            ]);
+            c.args([x, "-fopenmp-is-target-device", x, "-fopenmp-host-ir-file-path", x]);
             c.arg(bc.to_string_lossy());
             for o in &host_opts {
                 let class = classify(o);
@@ -218,11 +193,7 @@ impl Ctx<'_> {
             c.arg("-o").arg(dev.to_string_lossy());
             c.note = Some(format!("{name}: pipeline for offload target {triple}"));
             dev_cmds.push(c);
-            devices.push(DeviceObj {
-                triple: triple.to_string(),
-                arch: self.arch(triple),
-                path: dev,
-            });
+            devices.push(DeviceObj { triple: triple.to_string(), arch: self.arch(triple), path: dev });
         }
 
         let host = final_out(if emit == Emit::Assembly { "s" } else { "o" });
@@ -239,34 +210,22 @@ impl Ctx<'_> {
         be.arg(if emit == Emit::Assembly { "-S" } else { "-c" });
 
         if emit == Emit::ForLink {
-            be.arg(bc.to_string_lossy())
-                .arg("-o")
-                .arg(host.to_string_lossy());
+            be.arg(bc.to_string_lossy()).arg("-o").arg(host.to_string_lossy());
             run_all(self.runner, dev_cmds.iter().chain(std::iter::once(&be)))?;
             return Ok(Compiled { host, devices });
         }
 
         run_all(self.runner, dev_cmds.iter())?;
         let pack = self.temps.path(&st, "offload");
-        self.runner.note(&format!(
-            "pack {} device object(s) into {}",
-            devices.len(),
-            pack.display()
-        ));
+        self.runner.note(&format!("pack {} device object(s) into {}", devices.len(), pack.display()));
         if !self.runner.dry_run {
             pack_devices(&devices, &pack)?;
         }
         let x = if fortran { "-Xflang" } else { "-Xclang" };
-        be.arg(x)
-            .arg(format!("-fembed-offload-object={}", pack.display()));
-        be.arg(bc.to_string_lossy())
-            .arg("-o")
-            .arg(host.to_string_lossy());
+        be.arg(x).arg(format!("-fembed-offload-object={}", pack.display()));
+        be.arg(bc.to_string_lossy()).arg("-o").arg(host.to_string_lossy());
         self.runner.run(&be)?;
-        Ok(Compiled {
-            host,
-            devices: Vec::new(),
-        })
+        Ok(Compiled { host, devices: Vec::new() })
     }
 }
 
@@ -274,15 +233,9 @@ impl Ctx<'_> {
 fn pack_devices(devices: &[DeviceObj], out: &Path) -> Result<()> {
     let mut buf = Vec::new();
     for d in devices {
-        let image = std::fs::read(&d.path)
-            .map_err(|e| Error::new(format!("cannot read {}: {e}", d.path.display())))?;
+        let image = std::fs::read(&d.path).map_err(|e| Error::new(format!("cannot read {}: {e}", d.path.display())))?;
         let strings = [("triple", d.triple.as_str()), ("arch", d.arch.as_str())];
-        buf.extend(omp_format::offload_binary::write(
-            ImageKind::Object,
-            OffloadKind::OpenMp,
-            &strings,
-            &image,
-        ));
+        buf.extend(omp_format::offload_binary::write(ImageKind::Object, OffloadKind::OpenMp, &strings, &image));
     }
     std::fs::write(out, buf).map_err(|e| Error::new(format!("cannot write {}: {e}", out.display())))
 }
@@ -294,16 +247,10 @@ pub fn run_all<'a>(runner: Runner, cmds: impl Iterator<Item = &'a Cmd>) -> Resul
         return cmds.iter().try_for_each(|c| runner.run(c));
     }
     let results: Vec<Result<()>> = std::thread::scope(|s| {
-        let handles: Vec<_> = cmds
-            .iter()
-            .map(|c| s.spawn(move || runner.run(c)))
-            .collect();
+        let handles: Vec<_> = cmds.iter().map(|c| s.spawn(move || runner.run(c))).collect();
         handles
             .into_iter()
-            .map(|h| {
-                h.join()
-                    .unwrap_or_else(|_| Err(Error::new("internal error: a job panicked")))
-            })
+            .map(|h| h.join().unwrap_or_else(|_| Err(Error::new("internal error: a job panicked"))))
             .collect()
     });
     results.into_iter().collect()

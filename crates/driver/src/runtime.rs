@@ -18,76 +18,45 @@ pub struct Runtime {
 /// Finds libomptarget for the offload-entry ABI of LLVM `abi_major` (19 or 22).
 pub fn find(explicit: Option<&str>, abi_major: u32, clang: &Path) -> Result<Runtime> {
     let versioned = format!("libomptarget.so.{abi_major}.1");
-    let env = std::env::var("OMPCC_RUNTIME_DIR")
-        .ok()
-        .filter(|s| !s.is_empty());
+    let env = std::env::var("OMPCC_RUNTIME_DIR").ok().filter(|s| !s.is_empty());
     if let Some(dir) = explicit.map(str::to_string).or(env) {
         let dir = PathBuf::from(dir);
         for lib in [versioned.as_str(), "libomptarget.so"] {
             if dir.join(lib).exists() {
-                return Ok(Runtime {
-                    dir,
-                    lib: lib.to_string(),
-                });
+                return Ok(Runtime { dir, lib: lib.to_string() });
             }
         }
-        bail!(
-            "runtime directory {} holds neither {versioned} nor libomptarget.so",
-            dir.display()
-        );
+        bail!("runtime directory {} holds neither {versioned} nor libomptarget.so", dir.display());
     }
     if let Some(dir) = own_lib_dir() {
         if dir.join(&versioned).exists() {
-            return Ok(Runtime {
-                dir,
-                lib: versioned,
-            });
+            return Ok(Runtime { dir, lib: versioned });
         }
     }
     let llvm_lib = llvm_lib_dir(clang);
-    let candidates = [
-        llvm_lib,
-        Some(PathBuf::from(format!("/usr/lib/llvm-{abi_major}/lib"))),
-    ];
+    let candidates = [llvm_lib, Some(PathBuf::from(format!("/usr/lib/llvm-{abi_major}/lib")))];
     for dir in candidates.into_iter().flatten() {
         if dir.join(&versioned).exists() {
-            return Ok(Runtime {
-                dir,
-                lib: versioned,
-            });
+            return Ok(Runtime { dir, lib: versioned });
         }
     }
     bail!(
         "libomptarget for LLVM {abi_major} not found: install {} or set OMPCC_RUNTIME_DIR",
-        if abi_major >= 20 {
-            format!("liboffload-{abi_major}")
-        } else {
-            format!("libomp5-{abi_major}")
-        }
+        if abi_major >= 20 { format!("liboffload-{abi_major}") } else { format!("libomp5-{abi_major}") }
     )
 }
 
 /// The CPU device runtime (`libomptarget.devicertl.a`) next to ours, or in the chosen runtime
 /// directory, linked into x86_64 device links when present.
 pub fn cpu_devicertl(explicit: Option<&str>) -> Option<PathBuf> {
-    let env = std::env::var("OMPCC_RUNTIME_DIR")
-        .ok()
-        .filter(|s| !s.is_empty());
-    let dirs = [
-        explicit.map(PathBuf::from).or(env.map(PathBuf::from)),
-        own_lib_dir(),
-    ];
-    dirs.into_iter()
-        .flatten()
-        .map(|d| d.join("libomptarget.devicertl.a"))
-        .find(|p| p.is_file() && !is_gpu_only(p))
+    let env = std::env::var("OMPCC_RUNTIME_DIR").ok().filter(|s| !s.is_empty());
+    let dirs = [explicit.map(PathBuf::from).or(env.map(PathBuf::from)), own_lib_dir()];
+    dirs.into_iter().flatten().map(|d| d.join("libomptarget.devicertl.a")).find(|p| p.is_file() && !is_gpu_only(p))
 }
 
 /// LLVM's own devicertl archive (clang 19) only holds GPU bitcode; it is no use to a CPU link.
 fn is_gpu_only(p: &Path) -> bool {
-    std::fs::read(p)
-        .map(|d| d.windows(16).any(|w| w == b"devicertl-amdgpu"))
-        .unwrap_or(false)
+    std::fs::read(p).map(|d| d.windows(16).any(|w| w == b"devicertl-amdgpu")).unwrap_or(false)
 }
 
 /// `<dir of ompcc>/../lib`.

@@ -18,31 +18,15 @@ impl Temps {
     /// Creates the directory (unless `dry_run`). Under `save` files go to the current directory.
     pub fn new(save: bool, dry_run: bool) -> Result<Temps> {
         if save {
-            return Ok(Temps {
-                dir: PathBuf::from("."),
-                keep: true,
-                created: false,
-                counter: AtomicUsize::new(0),
-            });
+            return Ok(Temps { dir: PathBuf::from("."), keep: true, created: false, counter: AtomicUsize::new(0) });
         }
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.subsec_nanos());
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.subsec_nanos());
         let dir = std::env::temp_dir().join(format!("ompcc-{}-{nanos:x}", std::process::id()));
         if !dry_run {
-            std::fs::create_dir_all(&dir).map_err(|e| {
-                Error::new(format!(
-                    "cannot create temporary directory {}: {e}",
-                    dir.display()
-                ))
-            })?;
+            std::fs::create_dir_all(&dir)
+                .map_err(|e| Error::new(format!("cannot create temporary directory {}: {e}", dir.display())))?;
         }
-        Ok(Temps {
-            dir,
-            keep: false,
-            created: !dry_run,
-            counter: AtomicUsize::new(0),
-        })
+        Ok(Temps { dir, keep: false, created: !dry_run, counter: AtomicUsize::new(0) })
     }
 
     /// A fresh path `<stem>.<suffix>`; a number keeps private names unique.
@@ -65,7 +49,5 @@ impl Drop for Temps {
 
 /// The file name of `path` without directory and extension.
 pub fn stem(path: &str) -> String {
-    Path::new(path)
-        .file_stem()
-        .map_or_else(|| "out".to_string(), |s| s.to_string_lossy().into_owned())
+    Path::new(path).file_stem().map_or_else(|| "out".to_string(), |s| s.to_string_lossy().into_owned())
 }

@@ -10,11 +10,7 @@ use std::process::Command;
 pub const VERSIONS: [u32; 2] = [22, 19];
 
 /// Offload targets ompcc knows.
-pub const TRIPLES: [&str; 3] = [
-    "x86_64-pc-linux-gnu",
-    "nvptx64-nvidia-cuda",
-    "amdgcn-amd-amdhsa",
-];
+pub const TRIPLES: [&str; 3] = ["x86_64-pc-linux-gnu", "nvptx64-nvidia-cuda", "amdgcn-amd-amdhsa"];
 
 /// A compiler and its LLVM major version.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -38,13 +34,18 @@ impl Toolchain {
         let clang = match clang.map(str::to_string).or(env_clang) {
             Some(p) => explicit(&p, "clang")?,
             None => newest(&["clang-{}"], None, "/usr/lib/llvm-{}/bin/clang").ok_or_else(|| {
-                Error::new("no clang found: install clang-22 or clang-19 (apt-get install clang-22), or pass --clang=PATH")
+                Error::new(
+                    "no clang found: install clang-22 or clang-19 (apt-get install clang-22), or pass --clang=PATH",
+                )
             })?,
         };
         let flang = match flang.map(str::to_string).or(env_flang) {
             Some(p) => explicit(&p, "flang").map_err(|e| e.0),
             None => newest(&["flang-new-{}", "flang-{}"], Some(clang.major), "/usr/lib/llvm-{}/bin/flang").ok_or_else(
-                || "no flang found: install flang-22 or flang-19 (apt-get install flang-22), or pass --flang=PATH".into(),
+                || {
+                    "no flang found: install flang-22 or flang-19 (apt-get install flang-22), or pass --flang=PATH"
+                        .into()
+                },
             ),
         };
         Ok(Toolchain { clang, flang })
@@ -61,10 +62,7 @@ pub fn check_triple(triple: &str) -> Result<()> {
     if TRIPLES.contains(&triple) {
         return Ok(());
     }
-    bail!(
-        "unsupported offload target '{triple}' (supported: {})",
-        TRIPLES.join(", ")
-    )
+    bail!("unsupported offload target '{triple}' (supported: {})", TRIPLES.join(", "))
 }
 
 /// True for targets that run on the host CPU (device code is a shared library).
@@ -73,25 +71,16 @@ pub fn is_cpu_target(triple: &str) -> bool {
 }
 
 fn explicit(p: &str, what: &str) -> Result<Tool> {
-    let path = if p.contains('/') {
-        Some(PathBuf::from(p)).filter(|p| p.is_file())
-    } else {
-        which(p)
-    };
+    let path = if p.contains('/') { Some(PathBuf::from(p)).filter(|p| p.is_file()) } else { which(p) };
     let Some(path) = path else {
         bail!(
             "{what} '{p}' not found: install {what}-22 or {what}-19, or fix --{what}= / OMPCC_{}",
             what.to_uppercase()
         )
     };
-    let major = version_from_name(&path)
-        .or_else(|| version_from_run(&path))
-        .ok_or_else(|| {
-            Error::new(format!(
-                "cannot tell the LLVM version of {what} '{}' (its --version did not say)",
-                path.display()
-            ))
-        })?;
+    let major = version_from_name(&path).or_else(|| version_from_run(&path)).ok_or_else(|| {
+        Error::new(format!("cannot tell the LLVM version of {what} '{}' (its --version did not say)", path.display()))
+    })?;
     Ok(Tool { path, major })
 }
 
@@ -105,10 +94,7 @@ fn newest(patterns: &[&str], prefer: Option<u32>, fallback: &str) -> Option<Tool
             }
         }
         for suffix in ["", "-new"] {
-            let p = PathBuf::from(format!(
-                "{}{suffix}",
-                fallback.replace("{}", &v.to_string())
-            ));
+            let p = PathBuf::from(format!("{}{suffix}", fallback.replace("{}", &v.to_string())));
             if p.is_file() {
                 return Some(Tool { path: p, major: v });
             }
@@ -135,9 +121,7 @@ fn version_from_run(path: &Path) -> Option<u32> {
 /// The first `name` on PATH.
 pub fn which(name: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|d| d.join(name))
-        .find(|p| p.is_file())
+    std::env::split_paths(&path).map(|d| d.join(name)).find(|p| p.is_file())
 }
 
 #[cfg(test)]

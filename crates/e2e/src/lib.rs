@@ -59,10 +59,9 @@ impl Llvm {
     pub fn link_flags(self) -> Vec<String> {
         let deps = repo_root().join(".deps");
         match self {
-            Llvm::V19 => vec![
-                format!("-I{}", deps.join("include19").display()),
-                format!("-L{}", deps.join("lib19").display()),
-            ],
+            Llvm::V19 => {
+                vec![format!("-I{}", deps.join("include19").display()), format!("-L{}", deps.join("lib19").display())]
+            }
             Llvm::V22 => vec![format!("-L{}", deps.join("lib22").display())],
         }
     }

@@ -18,11 +18,7 @@ const THREADS: [u32; 2] = [1, 2];
 /// The device runtime under test, as `make dist` installs it.
 fn devicertl() -> PathBuf {
     let a = repo_root().join("dist/lib/libomptarget.devicertl.a");
-    assert!(
-        a.exists(),
-        "{} is missing: run `make dist` first",
-        a.display()
-    );
+    assert!(a.exists(), "{} is missing: run `make dist` first", a.display());
     a
 }
 
@@ -53,18 +49,10 @@ fn build(llvm: Llvm, src: &Path, out: &Path) -> Result<(), BuildError> {
     let driver = if fortran { llvm.flang() } else { llvm.clang() };
     let mut cmd = Command::new(&driver);
     cmd.current_dir(out.parent().unwrap());
-    cmd.args([
-        "-fopenmp",
-        "-fopenmp-targets=x86_64-pc-linux-gnu",
-        "-g",
-        "-O1",
-    ]);
+    cmd.args(["-fopenmp", "-fopenmp-targets=x86_64-pc-linux-gnu", "-g", "-O1"]);
     match llvm {
         Llvm::V19 => {
-            cmd.arg(format!(
-                "-L{}",
-                devicertl_dir(out.parent().unwrap()).display()
-            ));
+            cmd.arg(format!("-L{}", devicertl_dir(out.parent().unwrap()).display()));
             cmd.args(llvm.link_flags());
         }
         Llvm::V22 => {
@@ -73,24 +61,18 @@ fn build(llvm: Llvm, src: &Path, out: &Path) -> Result<(), BuildError> {
                 cmd.arg("-fopenmp-version=52");
             }
             cmd.args(llvm.link_flags());
-            cmd.arg("-Xoffload-linker-x86_64-pc-linux-gnu")
-                .arg(devicertl());
+            cmd.arg("-Xoffload-linker-x86_64-pc-linux-gnu").arg(devicertl());
         }
     }
     cmd.arg(src).arg("-o").arg(out);
-    let o = cmd
-        .output()
-        .unwrap_or_else(|e| panic!("cannot run {driver}: {e}"));
+    let o = cmd.output().unwrap_or_else(|e| panic!("cannot run {driver}: {e}"));
     if o.status.success() {
         return Ok(());
     }
     let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
     let gap = ["not yet implemented", "unsupported OpenMP operation"];
     if gap.iter().any(|g| stderr.contains(g)) {
-        let line = stderr
-            .lines()
-            .find(|l| gap.iter().any(|g| l.contains(g)))
-            .unwrap_or("");
+        let line = stderr.lines().find(|l| gap.iter().any(|g| l.contains(g))).unwrap_or("");
         Err(BuildError::Unsupported(line.trim().to_string()))
     } else {
         Err(BuildError::Failed(format!("{cmd:?}\n{stderr}")))
@@ -99,11 +81,7 @@ fn build(llvm: Llvm, src: &Path, out: &Path) -> Result<(), BuildError> {
 
 /// The `key=value` pairs a program printed.
 fn parse(stdout: &str) -> BTreeMap<String, String> {
-    stdout
-        .split_whitespace()
-        .filter_map(|w| w.split_once('='))
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
+    stdout.split_whitespace().filter_map(|w| w.split_once('=')).map(|(k, v)| (k.to_string(), v.to_string())).collect()
 }
 
 /// Runs `exe` on LLVM's runtime and, when built, on ours, with each thread count, and compares
@@ -111,17 +89,11 @@ fn parse(stdout: &str) -> BTreeMap<String, String> {
 fn run_and_check(llvm: Llvm, exe: &Path, expected: &dyn Fn(u32) -> Vec<(&'static str, String)>) {
     let ours = repo_root().join("dist/lib/libomptarget.so.19.1").exists();
     if !ours {
-        eprintln!(
-            "note: dist/lib/libomptarget.so.19.1 not built; {} runs on LLVM's runtime only",
-            exe.display()
-        );
+        eprintln!("note: dist/lib/libomptarget.so.19.1 not built; {} runs on LLVM's runtime only", exe.display());
     }
     for threads in THREADS {
         let n = threads.to_string();
-        let env = [
-            ("OMP_TARGET_OFFLOAD", "MANDATORY"),
-            ("OMP_NUM_THREADS", n.as_str()),
-        ];
+        let env = [("OMP_TARGET_OFFLOAD", "MANDATORY"), ("OMP_NUM_THREADS", n.as_str())];
         let o = run_with(exe, &llvm.llvm_lib(), &env);
         let stdout = String::from_utf8_lossy(&o.stdout).into_owned();
         assert!(
@@ -153,11 +125,7 @@ fn run_and_check(llvm: Llvm, exe: &Path, expected: &dyn Fn(u32) -> Vec<(&'static
 /// Builds `tests/programs/<rel>` with every LLVM version and checks its output. `flang19_gap`
 /// names the construct flang 19 cannot compile, if any: that build must fail with flang's
 /// "not yet implemented" (and is then reported and skipped), so a fixed compiler is noticed.
-fn check(
-    rel: &str,
-    flang19_gap: Option<&str>,
-    expected: &dyn Fn(u32) -> Vec<(&'static str, String)>,
-) {
+fn check(rel: &str, flang19_gap: Option<&str>, expected: &dyn Fn(u32) -> Vec<(&'static str, String)>) {
     let src = program(rel);
     let stem = src.file_stem().unwrap().to_string_lossy().into_owned();
     let dir = scratch(&format!("devicertl-{stem}"));
@@ -192,57 +160,37 @@ fn declare_target_link_variable() {
 #[test]
 fn nohost_function_called_from_target() {
     let f = |x: i64| x * x + 3;
-    check("fortran/nohost_func.f90", None, &|_| {
-        vec![("f", s(f(7))), ("g", s((1..=10).map(f).sum::<i64>()))]
-    });
+    check("fortran/nohost_func.f90", None, &|_| vec![("f", s(f(7))), ("g", s((1..=10).map(f).sum::<i64>()))]);
 }
 
 #[test]
 fn target_teams_distribute_parallel_do_reduction() {
     let n: i64 = 100_000;
-    check(
-        "fortran/tdpd_reduction.f90",
-        Some("composite DISTRIBUTE PARALLEL DO / teams reduction"),
-        &|_| {
-            vec![
-                ("n", s(n)),
-                ("sum", s(n * (n + 1) / 2)),
-                ("count", s(n)),
-                ("maxval", s(n)),
-            ]
-        },
-    );
+    check("fortran/tdpd_reduction.f90", Some("composite DISTRIBUTE PARALLEL DO / teams reduction"), &|_| {
+        vec![("n", s(n)), ("sum", s(n * (n + 1) / 2)), ("count", s(n)), ("maxval", s(n))]
+    });
 }
 
 #[test]
 fn target_teams_distribute_reduction() {
     let n: i64 = 5000;
-    check(
-        "fortran/teams_distribute.f90",
-        Some("standalone DISTRIBUTE / teams reduction"),
-        &|_| vec![("sum", s(n * (n + 1) / 2)), ("count", s(n))],
-    );
+    check("fortran/teams_distribute.f90", Some("standalone DISTRIBUTE / teams reduction"), &|_| {
+        vec![("sum", s(n * (n + 1) / 2)), ("count", s(n))]
+    });
 }
 
 #[test]
 fn target_parallel_do_uses_every_thread() {
     let n = 10_000;
     check("fortran/target_parallel_do.f90", None, &|threads| {
-        vec![
-            ("n", s(n)),
-            ("bad", s(0)),
-            ("count", s(n)),
-            ("threads", s(threads)),
-        ]
+        vec![("n", s(n)), ("bad", s(0)), ("count", s(n)), ("threads", s(threads))]
     });
 }
 
 #[test]
 fn target_parallel_do_integer8() {
     let n: i64 = 50_000;
-    check("fortran/int8_loop.f90", None, &|_| {
-        vec![("sum", s(n * (n + 1) / 2)), ("count", s(n))]
-    });
+    check("fortran/int8_loop.f90", None, &|_| vec![("sum", s(n * (n + 1) / 2)), ("count", s(n))]);
 }
 
 #[test]
@@ -267,9 +215,7 @@ fn target_data_enter_exit_update() {
 #[test]
 fn declare_target_to_module_array() {
     let squares: i64 = (1..=100).map(|i: i64| i * i).sum();
-    check("fortran/declare_to_array.f90", None, &|_| {
-        vec![("dev_sum", s(squares)), ("after", s(squares + 5 * 100))]
-    });
+    check("fortran/declare_to_array.f90", None, &|_| vec![("dev_sum", s(squares)), ("after", s(squares + 5 * 100))]);
 }
 
 #[test]
@@ -290,12 +236,6 @@ fn omp_queries_inside_target_regions() {
 fn c_program_still_works_with_the_devicertl() {
     let n: i64 = 100_000;
     check("fortran/c_offload.c", None, &|_| {
-        vec![
-            ("sum", s(n * (n + 1) / 2)),
-            ("initial", s(0)),
-            ("host_initial", s(1)),
-            ("team_ok", s(1)),
-            ("count", s(n)),
-        ]
+        vec![("sum", s(n * (n + 1) / 2)), ("initial", s(0)), ("host_initial", s(1)), ("team_ok", s(1)), ("count", s(n))]
     });
 }

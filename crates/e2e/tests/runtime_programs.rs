@@ -28,8 +28,21 @@ fn same_as_llvm(llvm: Llvm, src: &str, env: &[(&str, &str)]) -> String {
     let exe = build(llvm, src);
     let ours = run_with(&exe, &omp_e2e::dist_lib(), env);
     let theirs = run_with(&exe, &llvm.llvm_lib(), env);
-    assert!(ours.status.success(), "{src} (clang {}) failed on our runtime: {}\n{}\n{}", llvm.major(), ours.status, stdout(&ours), stderr(&ours));
-    assert!(theirs.status.success(), "{src} (clang {}) failed on LLVM's runtime: {}\n{}", llvm.major(), theirs.status, stderr(&theirs));
+    assert!(
+        ours.status.success(),
+        "{src} (clang {}) failed on our runtime: {}\n{}\n{}",
+        llvm.major(),
+        ours.status,
+        stdout(&ours),
+        stderr(&ours)
+    );
+    assert!(
+        theirs.status.success(),
+        "{src} (clang {}) failed on LLVM's runtime: {}\n{}",
+        llvm.major(),
+        theirs.status,
+        stderr(&theirs)
+    );
     assert_eq!(stdout(&ours), stdout(&theirs), "{src} (clang {}): our output differs from LLVM's", llvm.major());
     stdout(&ours)
 }
@@ -157,7 +170,10 @@ fn present_failure_names_the_construct() {
         let err = stderr(&o);
         assert!(!o.status.success(), "must fail: {err}");
         assert!(!stdout(&o).contains("not reached"), "{}", stdout(&o));
-        assert!(err.contains("device mapping required by 'present' map type modifier does not exist for host address"), "{err}");
+        assert!(
+            err.contains("device mapping required by 'present' map type modifier does not exist for host address"),
+            "{err}"
+        );
         assert!(err.contains("(16 bytes)"), "{err}");
         assert!(err.contains("present_fail.c:8:3: omptarget fatal error 1: failure of target construct while offloading is mandatory"), "{err}");
         assert!(err.contains("LIBOMPTARGET_INFO=4"), "{err}");
@@ -187,9 +203,17 @@ fn info_output_names_variables_and_lines() {
         let o = run_with(&exe, &omp_e2e::dist_lib(), &[("LIBOMPTARGET_INFO", "-1")]);
         let err = stderr(&o);
         assert!(o.status.success(), "{err}");
-        assert!(err.contains("info: Entering OpenMP data region with being_mapper at data_regions.c:12:3 with 2 arguments:"), "{err}");
+        assert!(
+            err.contains(
+                "info: Entering OpenMP data region with being_mapper at data_regions.c:12:3 with 2 arguments:"
+            ),
+            "{err}"
+        );
         assert!(err.contains("info: to(a[0:1000])[4000] "), "{err}");
-        assert!(err.contains("Host Ptr           Target Ptr         Size (B) DynRefCount HoldRefCount Declaration"), "{err}");
+        assert!(
+            err.contains("Host Ptr           Target Ptr         Size (B) DynRefCount HoldRefCount Declaration"),
+            "{err}"
+        );
         assert!(err.contains("Launching kernel __omp_offloading_"), "{err}");
         assert!(err.contains("Copying data from host to device"), "{err}");
         // INFO goes to stderr only: stdout is what the program printed without it.

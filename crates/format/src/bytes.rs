@@ -5,9 +5,7 @@ use crate::FormatError;
 /// Reads `N` bytes at `off`, or reports which field was cut short.
 pub fn array<const N: usize>(buf: &[u8], off: u64, what: &'static str) -> Result<[u8; N], FormatError> {
     let start = usize::try_from(off).ok();
-    let slice = start
-        .and_then(|s| s.checked_add(N).map(|e| (s, e)))
-        .and_then(|(s, e)| buf.get(s..e));
+    let slice = start.and_then(|s| s.checked_add(N).map(|e| (s, e))).and_then(|(s, e)| buf.get(s..e));
     match slice {
         Some(s) => {
             let mut out = [0u8; N];

@@ -62,9 +62,9 @@ pub fn detect_layout(table: &[u8]) -> Result<EntryLayout, FormatError> {
         return Ok(EntryLayout::V1);
     }
     if table.len() % NEW_SIZE == 0 {
-        let all_v1 = table.chunks_exact(NEW_SIZE).all(|e| {
-            e[..8].iter().all(|&b| b == 0) && u16::from_le_bytes([e[8], e[9]]) == 1
-        });
+        let all_v1 = table
+            .chunks_exact(NEW_SIZE)
+            .all(|e| e[..8].iter().all(|&b| b == 0) && u16::from_le_bytes([e[8], e[9]]) == 1);
         if all_v1 {
             return Ok(EntryLayout::V1);
         }

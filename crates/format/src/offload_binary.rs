@@ -124,17 +124,26 @@ impl<'a> OffloadBinary<'a> {
         }
         let version = u32_at(buf, 4, "OffloadBinary version")?;
         if version != 1 {
-            return Err(FormatError::Invalid { what: "OffloadBinary version", detail: format!("{version} is not supported (expected 1)") });
+            return Err(FormatError::Invalid {
+                what: "OffloadBinary version",
+                detail: format!("{version} is not supported (expected 1)"),
+            });
         }
         let size = u64_at(buf, 8, "OffloadBinary size")?;
         if size < HEADER_SIZE + ENTRY_SIZE || size > buf.len() as u64 {
-            return Err(FormatError::Invalid { what: "OffloadBinary size", detail: format!("{size} does not fit a buffer of {} bytes", buf.len()) });
+            return Err(FormatError::Invalid {
+                what: "OffloadBinary size",
+                detail: format!("{size} does not fit a buffer of {} bytes", buf.len()),
+            });
         }
         let bin = &buf[..size as usize];
         let entry_off = u64_at(bin, 16, "OffloadBinary entry offset")?;
         let entry_size = u64_at(bin, 24, "OffloadBinary entry size")?;
         if entry_size < ENTRY_SIZE {
-            return Err(FormatError::Invalid { what: "OffloadBinary entry size", detail: format!("{entry_size} < {ENTRY_SIZE}") });
+            return Err(FormatError::Invalid {
+                what: "OffloadBinary entry size",
+                detail: format!("{entry_size} < {ENTRY_SIZE}"),
+            });
         }
         let entry = range(bin, entry_off, ENTRY_SIZE, "OffloadBinary entry")?;
         let image_kind = ImageKind::from_raw(u16_at(entry, 0, "image kind")?);
@@ -147,11 +156,16 @@ impl<'a> OffloadBinary<'a> {
         let image = range(bin, image_off, image_size, "OffloadBinary image")?;
         // Every string pair takes 16 bytes, so the count is bounded by the buffer.
         if num_strings > bin.len() as u64 / 16 {
-            return Err(FormatError::Invalid { what: "OffloadBinary strings", detail: format!("{num_strings} strings cannot fit") });
+            return Err(FormatError::Invalid {
+                what: "OffloadBinary strings",
+                detail: format!("{num_strings} strings cannot fit"),
+            });
         }
         let mut strings = Vec::with_capacity(num_strings as usize);
         for i in 0..num_strings {
-            let pair = string_off.checked_add(i * 16).ok_or(FormatError::Invalid { what: "string table", detail: "offset overflow".into() })?;
+            let pair = string_off
+                .checked_add(i * 16)
+                .ok_or(FormatError::Invalid { what: "string table", detail: "offset overflow".into() })?;
             let key = u64_at(bin, pair, "string key offset")?;
             let value = u64_at(bin, pair + 8, "string value offset")?;
             strings.push((c_str(bin, key, "string key")?, c_str(bin, value, "string value")?));
@@ -239,7 +253,8 @@ mod tests {
     #[test]
     fn round_trip() {
         let img = b"\x7fELF-payload";
-        let bin = write(ImageKind::Object, OffloadKind::OpenMp, &[("triple", "x86_64-pc-linux-gnu"), ("arch", "")], img);
+        let bin =
+            write(ImageKind::Object, OffloadKind::OpenMp, &[("triple", "x86_64-pc-linux-gnu"), ("arch", "")], img);
         let parsed = OffloadBinary::parse(&bin).unwrap();
         assert_eq!(parsed.image, img);
         assert_eq!(parsed.triple(), "x86_64-pc-linux-gnu");

@@ -119,7 +119,9 @@ pub unsafe fn kernel_launch<'a>(args: *mut KernelArgs, num_teams: i32, thread_li
     // SAFETY: non-null and laid out by clang (caller's contract).
     let a = unsafe { &mut *args };
     // SAFETY: the arrays come from the same struct, with `num_args` elements.
-    let map = unsafe { map_args(a.num_args as i32, a.arg_base_ptrs, a.arg_ptrs, a.arg_sizes, a.arg_types, a.arg_names, a.arg_mappers)? };
+    let map = unsafe {
+        map_args(a.num_args as i32, a.arg_base_ptrs, a.arg_ptrs, a.arg_sizes, a.arg_types, a.arg_names, a.arg_mappers)?
+    };
     let teams = if a.version >= 2 { a.num_teams[0] } else { num_teams as u32 };
     let threads = if a.version >= 2 { a.thread_limit[0] } else { thread_limit as u32 };
     Some(KernelLaunch {
@@ -142,7 +144,8 @@ pub unsafe fn descriptor(desc: *const BinDesc) -> Result<Descriptor, String> {
     }
     // SAFETY: non-null, built by the registration constructor.
     let d = unsafe { &*desc };
-    let table = byte_range(d.host_entries_begin, d.host_entries_end).ok_or("offload entry table has its end before its start")?;
+    let table = byte_range(d.host_entries_begin, d.host_entries_end)
+        .ok_or("offload entry table has its end before its start")?;
     let (layout, entries) = parse_entry_table(table).map_err(|e| e.to_string())?;
     // SAFETY: the image array holds `num_device_images` elements.
     let imgs = unsafe { slice(d.device_images, d.num_device_images) };

@@ -101,7 +101,15 @@ pub extern "C" fn omp_get_mapped_ptr(ptr: *const c_void, dev: i32) -> *mut c_voi
 }
 
 #[no_mangle]
-pub extern "C" fn omp_target_memcpy(dst: *mut c_void, src: *const c_void, len: usize, dst_off: usize, src_off: usize, dst_dev: i32, src_dev: i32) -> i32 {
+pub extern "C" fn omp_target_memcpy(
+    dst: *mut c_void,
+    src: *const c_void,
+    len: usize,
+    dst_off: usize,
+    src_off: usize,
+    dst_dev: i32,
+    src_dev: i32,
+) -> i32 {
     guard("omp_target_memcpy", -1, || rt().memcpy(dst as usize, src as usize, len, dst_off, src_off, dst_dev, src_dev))
 }
 
@@ -122,13 +130,27 @@ pub unsafe extern "C" fn omp_target_memcpy_rect(
     if dst.is_null() && src.is_null() {
         return i32::MAX;
     }
-    if dims <= 0 || volume.is_null() || dst_offsets.is_null() || src_offsets.is_null() || dst_dims.is_null() || src_dims.is_null() {
+    if dims <= 0
+        || volume.is_null()
+        || dst_offsets.is_null()
+        || src_offsets.is_null()
+        || dst_dims.is_null()
+        || src_dims.is_null()
+    {
         omp_runtime::info::error(format_args!("Call to omp_target_memcpy_rect with invalid arguments"));
         return -1;
     }
     guard("omp_target_memcpy_rect", -1, || {
         // SAFETY: the five arrays hold `dims` elements each (OpenMP API contract; non-null checked).
-        let (v, dof, sof, dd, sd) = unsafe { (slice(volume, dims), slice(dst_offsets, dims), slice(src_offsets, dims), slice(dst_dims, dims), slice(src_dims, dims)) };
+        let (v, dof, sof, dd, sd) = unsafe {
+            (
+                slice(volume, dims),
+                slice(dst_offsets, dims),
+                slice(src_offsets, dims),
+                slice(dst_dims, dims),
+                slice(src_dims, dims),
+            )
+        };
         rt().memcpy_rect(dst as usize, src as usize, elem, v, dof, sof, dd, sd, dst_dev, src_dev)
     })
 }
@@ -193,7 +215,21 @@ pub unsafe extern "C" fn omp_target_memcpy_rect_async(
 ) -> i32 {
     wait_for_deps(dep_count);
     // SAFETY: same contract as the blocking form.
-    unsafe { omp_target_memcpy_rect(dst, src, elem, dims, volume, dst_offsets, src_offsets, dst_dims, src_dims, dst_dev, src_dev) }
+    unsafe {
+        omp_target_memcpy_rect(
+            dst,
+            src,
+            elem,
+            dims,
+            volume,
+            dst_offsets,
+            src_offsets,
+            dst_dims,
+            src_dims,
+            dst_dev,
+            src_dev,
+        )
+    }
 }
 
 #[no_mangle]
@@ -202,13 +238,26 @@ pub extern "C" fn omp_target_memset(ptr: *mut c_void, byte: i32, len: usize, dev
 }
 
 #[no_mangle]
-pub extern "C" fn omp_target_memset_async(ptr: *mut c_void, byte: i32, len: usize, dev: i32, dep_count: i32, _deps: *mut c_void) -> *mut c_void {
+pub extern "C" fn omp_target_memset_async(
+    ptr: *mut c_void,
+    byte: i32,
+    len: usize,
+    dev: i32,
+    dep_count: i32,
+    _deps: *mut c_void,
+) -> *mut c_void {
     wait_for_deps(dep_count);
     omp_target_memset(ptr, byte, len, dev)
 }
 
 #[no_mangle]
-pub extern "C" fn omp_target_associate_ptr(host: *const c_void, tgt: *const c_void, size: usize, offset: usize, dev: i32) -> i32 {
+pub extern "C" fn omp_target_associate_ptr(
+    host: *const c_void,
+    tgt: *const c_void,
+    size: usize,
+    offset: usize,
+    dev: i32,
+) -> i32 {
     guard("omp_target_associate_ptr", -1, || rt().associate_ptr(host as usize, tgt as usize, size, offset, dev))
 }
 
@@ -221,7 +270,8 @@ pub extern "C" fn omp_target_disassociate_ptr(host: *const c_void, dev: i32) -> 
 fn uids() -> &'static Vec<CString> {
     static UIDS: OnceLock<Vec<CString>> = OnceLock::new();
     UIDS.get_or_init(|| {
-        let mut v: Vec<CString> = rt().devices().iter().map(|d| CString::new(format!("x86_64-{}", d.id)).expect("no NUL")).collect();
+        let mut v: Vec<CString> =
+            rt().devices().iter().map(|d| CString::new(format!("x86_64-{}", d.id)).expect("no NUL")).collect();
         v.push(c"HOST".to_owned());
         v
     })

@@ -31,7 +31,17 @@ unsafe fn data(
 macro_rules! data_entry {
     ($name:ident, $which:expr) => {
         #[no_mangle]
-        pub unsafe extern "C" fn $name(l: *const Ident, d: i64, n: i32, b: *mut *mut c_void, p: *mut *mut c_void, s: *mut i64, t: *mut i64, nm: *mut *mut c_void, m: *mut *mut c_void) {
+        pub unsafe extern "C" fn $name(
+            l: *const Ident,
+            d: i64,
+            n: i32,
+            b: *mut *mut c_void,
+            p: *mut *mut c_void,
+            s: *mut i64,
+            t: *mut i64,
+            nm: *mut *mut c_void,
+            m: *mut *mut c_void,
+        ) {
             // SAFETY: clang passes arrays of `n` entries.
             unsafe { data($which, false, l, d, n, b, p, s, t, nm, m) }
         }
@@ -60,14 +70,32 @@ macro_rules! data_entry {
     };
     ($name:ident, $which:expr, legacy) => {
         #[no_mangle]
-        pub unsafe extern "C" fn $name(d: i64, n: i32, b: *mut *mut c_void, p: *mut *mut c_void, s: *mut i64, t: *mut i64) {
+        pub unsafe extern "C" fn $name(
+            d: i64,
+            n: i32,
+            b: *mut *mut c_void,
+            p: *mut *mut c_void,
+            s: *mut i64,
+            t: *mut i64,
+        ) {
             // SAFETY: legacy callers pass arrays of `n` entries.
             unsafe { data($which, false, std::ptr::null(), d, n, b, p, s, t, null_mut(), null_mut()) }
         }
     };
     ($name:ident, $which:expr, legacy_nowait) => {
         #[no_mangle]
-        pub unsafe extern "C" fn $name(d: i64, n: i32, b: *mut *mut c_void, p: *mut *mut c_void, s: *mut i64, t: *mut i64, _: i32, _: *mut c_void, _: i32, _: *mut c_void) {
+        pub unsafe extern "C" fn $name(
+            d: i64,
+            n: i32,
+            b: *mut *mut c_void,
+            p: *mut *mut c_void,
+            s: *mut i64,
+            t: *mut i64,
+            _: i32,
+            _: *mut c_void,
+            _: i32,
+            _: *mut c_void,
+        ) {
             // SAFETY: legacy callers pass arrays of `n` entries.
             unsafe { data($which, true, std::ptr::null(), d, n, b, p, s, t, null_mut(), null_mut()) }
         }
@@ -135,7 +163,8 @@ impl ComponentVec {
             let len = self.len();
             let cap = (len * 2).max(4);
             // SAFETY: realloc of our own malloc'd buffer (or NULL) to a larger size.
-            let p = unsafe { libc::realloc(self.begin.cast(), cap * std::mem::size_of::<Component>()) }.cast::<Component>();
+            let p =
+                unsafe { libc::realloc(self.begin.cast(), cap * std::mem::size_of::<Component>()) }.cast::<Component>();
             if p.is_null() {
                 omp_runtime::info::error(format_args!("out of memory growing a mapper's component list"));
                 return;
@@ -173,7 +202,14 @@ pub unsafe extern "C" fn __tgt_mapper_num_components(handle: *mut c_void) -> i64
 }
 
 #[no_mangle]
-pub unsafe extern "C" fn __tgt_push_mapper_component(handle: *mut c_void, base: *mut c_void, begin: *mut c_void, size: i64, ty: i64, name: *mut c_void) {
+pub unsafe extern "C" fn __tgt_push_mapper_component(
+    handle: *mut c_void,
+    base: *mut c_void,
+    begin: *mut c_void,
+    size: i64,
+    ty: i64,
+    name: *mut c_void,
+) {
     if handle.is_null() {
         return;
     }

@@ -7,10 +7,19 @@ use std::ffi::c_void;
 use std::ptr::null_mut;
 
 #[no_mangle]
-pub unsafe extern "C" fn __tgt_target_kernel(loc: *const Ident, device_id: i64, num_teams: i32, thread_limit: i32, host_ptr: *mut c_void, args: *mut KernelArgs) -> i32 {
+pub unsafe extern "C" fn __tgt_target_kernel(
+    loc: *const Ident,
+    device_id: i64,
+    num_teams: i32,
+    thread_limit: i32,
+    host_ptr: *mut c_void,
+    args: *mut KernelArgs,
+) -> i32 {
     guard("__tgt_target_kernel", OFFLOAD_FAIL, || {
         // SAFETY: clang passes its KernelArgsTy for this launch.
-        let Some(mut launch) = (unsafe { abi::kernel_launch(args, num_teams, thread_limit) }) else { return OFFLOAD_FAIL };
+        let Some(mut launch) = (unsafe { abi::kernel_launch(args, num_teams, thread_limit) }) else {
+            return OFFLOAD_FAIL;
+        };
         rt().target_kernel(abi::loc(loc), device_id, host_ptr as usize, &mut launch)
     })
 }
@@ -148,7 +157,14 @@ pub extern "C" fn __kmpc_push_target_tripcount_mapper(_loc: *const Ident, _devic
 
 /// Record-replay needs a device virtual-address reservation the host device cannot give.
 #[no_mangle]
-pub extern "C" fn __tgt_activate_record_replay(_device_id: i64, _size: u64, _vaddr: *mut c_void, _record: bool, _save: bool, _req: *mut u64) -> i32 {
+pub extern "C" fn __tgt_activate_record_replay(
+    _device_id: i64,
+    _size: u64,
+    _vaddr: *mut c_void,
+    _record: bool,
+    _save: bool,
+    _req: *mut u64,
+) -> i32 {
     omp_runtime::info::error(format_args!("kernel record-replay is not supported by this runtime's devices"));
     OFFLOAD_FAIL
 }

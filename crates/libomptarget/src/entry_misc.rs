@@ -10,7 +10,9 @@ pub unsafe extern "C" fn __tgt_register_lib(desc: *const BinDesc) {
         // SAFETY: called by the registration constructor with its descriptor.
         match unsafe { abi::descriptor(desc) } {
             Ok(d) => rt().register_lib(d),
-            Err(e) => omp_runtime::info::error(format_args!("__tgt_register_lib: ignoring a malformed binary descriptor: {e}")),
+            Err(e) => omp_runtime::info::error(format_args!(
+                "__tgt_register_lib: ignoring a malformed binary descriptor: {e}"
+            )),
         }
     })
 }
@@ -93,7 +95,16 @@ pub extern "C" fn __tgt_target_sync(_loc: *const Ident, _gtid: i32, _task: *mut 
 const OMP_IRC_EMPTY: i32 = -1;
 
 #[no_mangle]
-pub unsafe extern "C" fn __tgt_interop_init(_loc: *const Ident, _gtid: i32, interop: *mut *mut c_void, _ty: i32, _dev: i32, _ndeps: i32, _deps: *mut c_void, _nowait: i32) {
+pub unsafe extern "C" fn __tgt_interop_init(
+    _loc: *const Ident,
+    _gtid: i32,
+    interop: *mut *mut c_void,
+    _ty: i32,
+    _dev: i32,
+    _ndeps: i32,
+    _deps: *mut c_void,
+    _nowait: i32,
+) {
     if !interop.is_null() {
         // SAFETY: the program passes the address of its interop variable.
         unsafe { *interop = std::ptr::null_mut() };
@@ -101,10 +112,27 @@ pub unsafe extern "C" fn __tgt_interop_init(_loc: *const Ident, _gtid: i32, inte
 }
 
 #[no_mangle]
-pub extern "C" fn __tgt_interop_use(_loc: *const Ident, _gtid: i32, _interop: *mut *mut c_void, _dev: i32, _ndeps: i32, _deps: *mut c_void, _nowait: i32) {}
+pub extern "C" fn __tgt_interop_use(
+    _loc: *const Ident,
+    _gtid: i32,
+    _interop: *mut *mut c_void,
+    _dev: i32,
+    _ndeps: i32,
+    _deps: *mut c_void,
+    _nowait: i32,
+) {
+}
 
 #[no_mangle]
-pub unsafe extern "C" fn __tgt_interop_destroy(_loc: *const Ident, _gtid: i32, interop: *mut *mut c_void, _dev: i32, _ndeps: i32, _deps: *mut c_void, _nowait: i32) {
+pub unsafe extern "C" fn __tgt_interop_destroy(
+    _loc: *const Ident,
+    _gtid: i32,
+    interop: *mut *mut c_void,
+    _dev: i32,
+    _ndeps: i32,
+    _deps: *mut c_void,
+    _nowait: i32,
+) {
     if !interop.is_null() {
         // SAFETY: as for init.
         unsafe { *interop = std::ptr::null_mut() };
@@ -112,7 +140,13 @@ pub unsafe extern "C" fn __tgt_interop_destroy(_loc: *const Ident, _gtid: i32, i
 }
 
 #[no_mangle]
-pub extern "C" fn __tgt_interop_get(_loc: *const Ident, _ty: i32, _dev: i64, _prefs: *mut c_void, _deps: *mut c_void) -> *mut c_void {
+pub extern "C" fn __tgt_interop_get(
+    _loc: *const Ident,
+    _ty: i32,
+    _dev: i64,
+    _prefs: *mut c_void,
+    _deps: *mut c_void,
+) -> *mut c_void {
     std::ptr::null_mut()
 }
 
@@ -127,7 +161,11 @@ pub extern "C" fn __tgt_interop_release(_loc: *const Ident, _interop: *mut c_voi
 }
 
 #[no_mangle]
-pub extern "C" fn ompx_interop_add_completion_callback(_interop: *mut c_void, _cb: *mut c_void, _data: *mut c_void) -> i32 {
+pub extern "C" fn ompx_interop_add_completion_callback(
+    _interop: *mut c_void,
+    _cb: *mut c_void,
+    _data: *mut c_void,
+) -> i32 {
     OMP_IRC_EMPTY
 }
 

@@ -52,14 +52,31 @@ impl OpenMpHost for Libomp {
         }
     }
 
-    fn call_mapper(&self, mapper: usize, base: usize, begin: usize, size: i64, ty: i64, name: usize) -> MapperComponents {
+    fn call_mapper(
+        &self,
+        mapper: usize,
+        base: usize,
+        begin: usize,
+        size: i64,
+        ty: i64,
+        name: usize,
+    ) -> MapperComponents {
         // SAFETY: `mapper` is a compiler-generated `.omp_mapper.*` function taken from the
         // program's ArgMappers array; its signature is fixed by clang (abi.md §3.8).
         let f = unsafe { std::mem::transmute::<usize, Mapper>(mapper) };
         let mut handle = ComponentVec::new();
         // SAFETY: the handle outlives the call; the mapper only passes it back to
         // `__tgt_push_mapper_component` / `__tgt_mapper_num_components`.
-        unsafe { f((&mut handle as *mut ComponentVec).cast(), base as *mut c_void, begin as *mut c_void, size, ty, name as *mut c_void) };
+        unsafe {
+            f(
+                (&mut handle as *mut ComponentVec).cast(),
+                base as *mut c_void,
+                begin as *mut c_void,
+                size,
+                ty,
+                name as *mut c_void,
+            )
+        };
         let mut out = MapperComponents::default();
         for c in handle.as_slice() {
             out.push(c.base as usize, c.begin as usize, c.size, c.ty, c.name as usize);

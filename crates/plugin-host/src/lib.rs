@@ -68,7 +68,10 @@ fn load_from_memory(image: &[u8], index: usize) -> Result<usize> {
             // SAFETY: the pointer and length describe the unwritten tail of `image`.
             let n = unsafe { libc::write(fd, image[written..].as_ptr().cast(), image.len() - written) };
             if n <= 0 {
-                return Err(PluginError(format!("writing the image to memory failed: {}", std::io::Error::last_os_error())));
+                return Err(PluginError(format!(
+                    "writing the image to memory failed: {}",
+                    std::io::Error::last_os_error()
+                )));
             }
             written += n as usize;
         }
@@ -102,7 +105,8 @@ impl HostDevice {
 
 impl Device for HostDevice {
     fn load_image(&self, image: &[u8]) -> Result<ImageId> {
-        let header = elf::header(image).map_err(|e| PluginError(format!("a provided binary image is malformed: {e}")))?;
+        let header =
+            elf::header(image).map_err(|e| PluginError(format!("a provided binary image is malformed: {e}")))?;
         header.loadable_on_x86_64().map_err(PluginError)?;
         let handle = load_from_memory(image, self.index)?;
         let mut images = self.images.lock().unwrap();
@@ -117,7 +121,8 @@ impl Device for HostDevice {
     }
 
     fn global(&self, image: ImageId, name: &CStr) -> Result<usize> {
-        self.symbol(image, name).ok_or_else(|| PluginError(format!("Failed to load global '{}'", name.to_string_lossy())))
+        self.symbol(image, name)
+            .ok_or_else(|| PluginError(format!("Failed to load global '{}'", name.to_string_lossy())))
     }
 
     fn alloc(&self, size: usize, _kind: AllocKind) -> Result<usize> {
@@ -153,7 +158,10 @@ impl Device for HostDevice {
     fn launch(&self, kernel: KernelId, args: &[usize], config: &LaunchConfig) -> Result<()> {
         let total = args.len() + usize::from(config.with_dyn_ptr);
         if total > trampoline::MAX_ARGS {
-            return Err(PluginError(format!("kernel takes {total} arguments; the host device supports at most {}", trampoline::MAX_ARGS)));
+            return Err(PluginError(format!(
+                "kernel takes {total} arguments; the host device supports at most {}",
+                trampoline::MAX_ARGS
+            )));
         }
         let mut buf = [0usize; 16];
         let mut heap;

@@ -95,7 +95,10 @@ impl Device for MockDevice {
     fn global(&self, _image: ImageId, name: &CStr) -> Result<usize> {
         let name = name.to_string_lossy();
         let gs = self.globals.lock().unwrap();
-        gs.iter().find(|(n, _)| *n == name).map(|(_, a)| *a).ok_or_else(|| PluginError(format!("mock device: no global {name}")))
+        gs.iter()
+            .find(|(n, _)| *n == name)
+            .map(|(_, a)| *a)
+            .ok_or_else(|| PluginError(format!("mock device: no global {name}")))
     }
     fn alloc(&self, size: usize, _kind: AllocKind) -> Result<usize> {
         let mut mem = self.memory.lock().unwrap();
@@ -141,5 +144,63 @@ impl Device for MockDevice {
     }
     fn shares_host_address_space(&self) -> bool {
         false
+    }
+}
+
+/// A mock device shared between a test and the runtime that owns it.
+#[derive(Clone, Default)]
+pub struct SharedMock(pub std::sync::Arc<MockDevice>);
+
+impl Device for SharedMock {
+    fn load_image(&self, image: &[u8]) -> Result<ImageId> {
+        self.0.load_image(image)
+    }
+    fn kernel(&self, image: ImageId, name: &CStr) -> Result<KernelId> {
+        self.0.kernel(image, name)
+    }
+    fn global(&self, image: ImageId, name: &CStr) -> Result<usize> {
+        self.0.global(image, name)
+    }
+    fn alloc(&self, size: usize, kind: AllocKind) -> Result<usize> {
+        self.0.alloc(size, kind)
+    }
+    fn free(&self, ptr: usize, kind: AllocKind) -> Result<()> {
+        self.0.free(ptr, kind)
+    }
+    fn submit(&self, tgt: usize, host: usize, size: usize) -> Result<()> {
+        self.0.submit(tgt, host, size)
+    }
+    fn retrieve(&self, host: usize, tgt: usize, size: usize) -> Result<()> {
+        self.0.retrieve(host, tgt, size)
+    }
+    fn copy_within(&self, dst: usize, src: usize, size: usize) -> Result<()> {
+        self.0.copy_within(dst, src, size)
+    }
+    fn launch(&self, kernel: KernelId, args: &[usize], config: &LaunchConfig) -> Result<()> {
+        self.0.launch(kernel, args, config)
+    }
+    fn info(&self) -> Vec<(String, String)> {
+        self.0.info()
+    }
+    fn shares_host_address_space(&self) -> bool {
+        false
+    }
+}
+
+/// A plugin with one mock device, compatible with images that start with `MOCK`.
+pub struct MockPlugin(pub SharedMock);
+
+impl crate::Plugin for MockPlugin {
+    fn name(&self) -> &str {
+        "mock"
+    }
+    fn device_count(&self) -> usize {
+        1
+    }
+    fn is_compatible(&self, image: &[u8], _triple: Option<&str>) -> bool {
+        image.starts_with(b"MOCK")
+    }
+    fn open_device(&self, _index: usize) -> Result<Box<dyn Device>> {
+        Ok(Box::new(self.0.clone()))
     }
 }

@@ -111,7 +111,16 @@ impl Runtime {
 
     /// `omp_target_memcpy`: any pair of host and device memory.
     #[allow(clippy::too_many_arguments)]
-    pub fn memcpy(&self, dst: usize, src: usize, len: usize, dst_off: usize, src_off: usize, dst_dev: i32, src_dev: i32) -> i32 {
+    pub fn memcpy(
+        &self,
+        dst: usize,
+        src: usize,
+        len: usize,
+        dst_off: usize,
+        src_off: usize,
+        dst_dev: i32,
+        src_dev: i32,
+    ) -> i32 {
         if len == 0 {
             return 0;
         }
@@ -119,7 +128,9 @@ impl Runtime {
             info::error(format_args!("Call to omp_target_memcpy with invalid arguments (NULL pointer)"));
             return FAIL;
         }
-        let (Some(d), Some(s)) = (self.api_device(dst_dev, "omp_target_memcpy"), self.api_device(src_dev, "omp_target_memcpy")) else {
+        let (Some(d), Some(s)) =
+            (self.api_device(dst_dev, "omp_target_memcpy"), self.api_device(src_dev, "omp_target_memcpy"))
+        else {
             return FAIL;
         };
         let dst = dst.wrapping_add(dst_off);
@@ -166,12 +177,26 @@ impl Runtime {
         src_dev: i32,
     ) -> i32 {
         let dims = volume.len();
-        if dims == 0 || elem == 0 || dst_offsets.len() != dims || src_offsets.len() != dims || dst_dims.len() != dims || src_dims.len() != dims {
+        if dims == 0
+            || elem == 0
+            || dst_offsets.len() != dims
+            || src_offsets.len() != dims
+            || dst_dims.len() != dims
+            || src_dims.len() != dims
+        {
             info::error(format_args!("Call to omp_target_memcpy_rect with invalid arguments"));
             return FAIL;
         }
         if dims == 1 {
-            return self.memcpy(dst, src, elem * volume[0], elem * dst_offsets[0], elem * src_offsets[0], dst_dev, src_dev);
+            return self.memcpy(
+                dst,
+                src,
+                elem * volume[0],
+                elem * dst_offsets[0],
+                elem * src_offsets[0],
+                dst_dev,
+                src_dev,
+            );
         }
         let dst_slice: usize = elem * dst_dims[1..].iter().product::<usize>();
         let src_slice: usize = elem * src_dims[1..].iter().product::<usize>();
@@ -235,7 +260,9 @@ impl Runtime {
             if e.begin == host && e.tgt_begin == tgt_begin && e.size() == size {
                 return 0;
             }
-            info::error(format_args!("Not allowed to re-associate a different device ptr+offset with the same host ptr"));
+            info::error(format_args!(
+                "Not allowed to re-associate a different device ptr+offset with the same host ptr"
+            ));
             return FAIL;
         }
         t.insert(MapEntry {
@@ -272,7 +299,9 @@ impl Runtime {
             return FAIL;
         }
         if e.dyn_rc != INF || e.owns_memory {
-            info::error(format_args!("Trying to disassociate a pointer which was not mapped via omp_target_associate_ptr"));
+            info::error(format_args!(
+                "Trying to disassociate a pointer which was not mapped via omp_target_associate_ptr"
+            ));
             return FAIL;
         }
         t.remove(host);

@@ -54,7 +54,14 @@ impl MapperComponents {
         self.names.push(name);
     }
     fn args(&mut self) -> MapArgs<'_> {
-        MapArgs { bases: &mut self.bases, begins: &self.begins, sizes: &self.sizes, types: &self.types, names: Some(&self.names), mappers: None }
+        MapArgs {
+            bases: &mut self.bases,
+            begins: &self.begins,
+            sizes: &self.sizes,
+            types: &self.types,
+            names: Some(&self.names),
+            mappers: None,
+        }
     }
 }
 
@@ -111,7 +118,13 @@ impl Runtime {
     }
 
     /// LLVM's getTargetPointer: find or create the device copy of one host range.
-    fn get_target_pointer(&self, dev: &DeviceCtx, t: &mut MappingTable, r: &Request, st: &mut ConstructState) -> Result<TargetPointer, Failed> {
+    fn get_target_pointer(
+        &self,
+        dev: &DeviceCtx,
+        t: &mut MappingTable,
+        r: &Request,
+        st: &mut ConstructState,
+    ) -> Result<TargetPointer, Failed> {
         let hold = has(r.ty, mt::OMPX_HOLD);
         let implicit = has(r.ty, mt::IMPLICIT);
         let lookup = t.lookup(r.begin, r.size);
@@ -172,7 +185,10 @@ impl Runtime {
                 tp.is_host = true;
                 tp.tgt = r.begin;
                 if self.config.info_on(info_bits::MAPPING_CHANGED) {
-                    info::info(dev.id, format_args!("Return HstPtrBegin 0x{:016x} Size={} for unified shared memory", r.begin, r.size));
+                    info::info(
+                        dev.id,
+                        format_args!("Return HstPtrBegin 0x{:016x} Size={} for unified shared memory", r.begin, r.size),
+                    );
                 }
             }
             return Ok(tp);
@@ -232,7 +248,10 @@ impl Runtime {
         if self.config.info_on(info_bits::DATA_TRANSFER) {
             info::info(
                 dev.id,
-                format_args!("Copying data from host to device, HstPtr=0x{host:016x}, TgtPtr=0x{tgt:016x}, Size={size}, Name={}", info::var_name(name)),
+                format_args!(
+                    "Copying data from host to device, HstPtr=0x{host:016x}, TgtPtr=0x{tgt:016x}, Size={size}, Name={}",
+                    info::var_name(name)
+                ),
             );
         }
         dev.dev.submit(tgt, host, size).map_err(|e| {
@@ -246,7 +265,10 @@ impl Runtime {
         if self.config.info_on(info_bits::DATA_TRANSFER) {
             info::info(
                 dev.id,
-                format_args!("Copying data from device to host, TgtPtr=0x{tgt:016x}, HstPtr=0x{host:016x}, Size={size}, Name={}", info::var_name(name)),
+                format_args!(
+                    "Copying data from device to host, TgtPtr=0x{tgt:016x}, HstPtr=0x{host:016x}, Size={size}, Name={}",
+                    info::var_name(name)
+                ),
             );
         }
         dev.dev.retrieve(host, tgt, size).map_err(|e| {
@@ -257,11 +279,24 @@ impl Runtime {
 
     /// Runs a `declare mapper` function and returns the components it pushed.
     fn expand_mapper(&self, args: &MapArgs, i: usize) -> MapperComponents {
-        self.host().call_mapper(args.mapper(i), args.bases[i], args.begins[i], args.sizes[i], args.types[i], args.name(i))
+        self.host().call_mapper(
+            args.mapper(i),
+            args.bases[i],
+            args.begins[i],
+            args.sizes[i],
+            args.types[i],
+            args.name(i),
+        )
     }
 
     /// targetDataBegin: map every entry, in order, then perform deferred ATTACHes.
-    pub fn data_begin(&self, dev: &DeviceCtx, args: &mut MapArgs, from_mapper: bool, st: &mut ConstructState) -> Outcome {
+    pub fn data_begin(
+        &self,
+        dev: &DeviceCtx,
+        args: &mut MapArgs,
+        from_mapper: bool,
+        st: &mut ConstructState,
+    ) -> Outcome {
         let n = args.len();
         for i in 0..n {
             let ty = args.types[i];
@@ -315,8 +350,16 @@ impl Runtime {
                 info::error(format_args!("Call to getTargetPointer returned null pointer ({}).", null_reason(ty)));
                 return Err(Failed);
             }
-            if self.config.info_on(info_bits::EMPTY_MAPPING) && !obj.present() && !has(ty, mt::IMPLICIT) && member_of(ty).is_none() && ty != 0 {
-                info::info(dev.id, format_args!("variable {} does not have a valid device counterpart", info::var_name(name)));
+            if self.config.info_on(info_bits::EMPTY_MAPPING)
+                && !obj.present()
+                && !has(ty, mt::IMPLICIT)
+                && member_of(ty).is_none()
+                && ty != 0
+            {
+                info::info(
+                    dev.id,
+                    format_args!("variable {} does not have a valid device counterpart", info::var_name(name)),
+                );
             }
             if has(ty, mt::RETURN_PARAM) {
                 // An unmapped use_device_ptr/addr yields the host pointer for clang 22 programs
@@ -332,7 +375,8 @@ impl Runtime {
             if let (Some(p), false) = (pointer, obj.is_host) {
                 if obj.tgt != 0 && !p.is_host {
                     let expected = obj.tgt.wrapping_sub(begin.wrapping_sub(base));
-                    let shadow = ShadowPtr { host_addr: args.bases[i], host_val: base, tgt_addr: p.tgt, tgt_val: expected };
+                    let shadow =
+                        ShadowPtr { host_addr: args.bases[i], host_val: base, tgt_addr: p.tgt, tgt_val: expected };
                     self.attach(dev, &mut table, p.key, shadow)?;
                 }
             }
@@ -434,7 +478,13 @@ impl Runtime {
         }
     }
 
-    fn data_end_entries(&self, dev: &DeviceCtx, args: &mut MapArgs, from_mapper: bool, removals: &mut Vec<(usize, bool, bool)>) -> Outcome {
+    fn data_end_entries(
+        &self,
+        dev: &DeviceCtx,
+        args: &mut MapArgs,
+        from_mapper: bool,
+        removals: &mut Vec<(usize, bool, bool)>,
+    ) -> Outcome {
         for i in (0..args.len()).rev() {
             let ty = args.types[i];
             if ty & (mt::LITERAL | mt::PRIVATE) != 0 || has(ty, mt::ATTACH) {
@@ -518,7 +568,14 @@ impl Runtime {
                 continue;
             }
             if has(ty, mt::NON_CONTIG) {
-                self.update_non_contiguous(dev, args.bases[i], args.begins[i], args.sizes[i].max(0) as usize, ty, args.name(i))?;
+                self.update_non_contiguous(
+                    dev,
+                    args.bases[i],
+                    args.begins[i],
+                    args.sizes[i].max(0) as usize,
+                    ty,
+                    args.name(i),
+                )?;
             } else {
                 self.update_contiguous(dev, args.begins[i], args.sizes[i].max(0) as usize, ty, args.name(i))?;
             }
@@ -553,7 +610,15 @@ impl Runtime {
     }
 
     /// Strided updates: `begin` points to `dims` descriptors of {offset, count, stride}.
-    fn update_non_contiguous(&self, dev: &DeviceCtx, base: usize, descs: usize, dims: usize, ty: i64, name: usize) -> Outcome {
+    fn update_non_contiguous(
+        &self,
+        dev: &DeviceCtx,
+        base: usize,
+        descs: usize,
+        dims: usize,
+        ty: i64,
+        name: usize,
+    ) -> Outcome {
         if dims == 0 {
             return Ok(());
         }
@@ -638,7 +703,13 @@ impl Runtime {
     /// INFO 0x1: the construct's arguments.
     pub(crate) fn print_args(&self, device: i32, region: &str, loc: Loc, args: &MapArgs) {
         let l = loc.parse();
-        let mut s = format!("omptarget device {device} info: {region} at {}:{}:{} with {} arguments:\n", l.file_name(), l.line, l.column, args.len());
+        let mut s = format!(
+            "omptarget device {device} info: {region} at {}:{}:{} with {} arguments:\n",
+            l.file_name(),
+            l.line,
+            l.column,
+            args.len()
+        );
         for i in 0..args.len() {
             let ty = args.types[i];
             s.push_str(&format!(

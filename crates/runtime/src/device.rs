@@ -81,7 +81,8 @@ impl DeviceCtx {
 
     /// Allocates device memory, through the memory manager for small default allocations.
     pub fn alloc(&self, size: usize, kind: AllocKind) -> Result<usize, PluginError> {
-        let managed = matches!(kind, AllocKind::Default | AllocKind::Device | AllocKind::DeviceNonBlocking) && self.mm.manages(size);
+        let managed = matches!(kind, AllocKind::Default | AllocKind::Device | AllocKind::DeviceNonBlocking)
+            && self.mm.manages(size);
         if managed {
             if let Some(p) = self.mm.take(size) {
                 return Ok(p);
@@ -186,7 +187,8 @@ impl Runtime {
             let tgt = if e.is_indirect() {
                 // The device global holds the device function's address.
                 let mut fnaddr = 0usize;
-                self.retrieve(dev, &mut fnaddr as *mut usize as usize, tgt, 8, 0).map_err(|_| format!("cannot read indirect function {name}"))?;
+                self.retrieve(dev, &mut fnaddr as *mut usize as usize, tgt, 8, 0)
+                    .map_err(|_| format!("cannot read indirect function {name}"))?;
                 fnaddr
             } else {
                 tgt

@@ -72,7 +72,11 @@ impl Runtime {
                     launch.thread_limit.max(1)
                 ));
             }
-            let config = LaunchConfig { num_teams: launch.num_teams, thread_limit: launch.thread_limit, with_dyn_ptr: launch.version >= 3 };
+            let config = LaunchConfig {
+                num_teams: launch.num_teams,
+                thread_limit: launch.thread_limit,
+                with_dyn_ptr: launch.version >= 3,
+            };
             dev.dev.launch(kernel, &tgt_args, &config).map_err(|e| {
                 let name = self.kernel_name(host_ptr).unwrap_or_default();
                 let l = loc.parse();
@@ -95,7 +99,13 @@ impl Runtime {
 
     /// Builds the kernel's argument vector from the TARGET_PARAM entries, and applies
     /// lambda-capture fix-ups.
-    fn kernel_arguments(&self, dev: &DeviceCtx, args: &MapArgs, out: &mut Vec<usize>, privates: &mut Vec<usize>) -> Outcome {
+    fn kernel_arguments(
+        &self,
+        dev: &DeviceCtx,
+        args: &MapArgs,
+        out: &mut Vec<usize>,
+        privates: &mut Vec<usize>,
+    ) -> Outcome {
         let n = args.len();
         // Argument value per entry index, for lambda fix-ups that refer to their parent.
         let mut value_of = vec![None; n];
@@ -112,7 +122,13 @@ impl Runtime {
                         if let Some(k) = table.lookup(begin, args.sizes[i].max(0) as usize).key() {
                             let dev_ptr = table.get(k).expect("key").translate(begin);
                             drop(table);
-                            self.submit(dev, field, &dev_ptr as *const usize as usize, std::mem::size_of::<usize>(), 0)?;
+                            self.submit(
+                                dev,
+                                field,
+                                &dev_ptr as *const usize as usize,
+                                std::mem::size_of::<usize>(),
+                                0,
+                            )?;
                         }
                     }
                 }

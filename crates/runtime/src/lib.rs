@@ -35,7 +35,15 @@ pub trait OpenMpHost: Send + Sync {
     fn default_device(&self) -> i32;
     /// Calls a compiler-generated `declare mapper` function and returns the components it
     /// pushed through `__tgt_push_mapper_component`.
-    fn call_mapper(&self, mapper: usize, base: usize, begin: usize, size: i64, ty: i64, name: usize) -> MapperComponents;
+    fn call_mapper(
+        &self,
+        mapper: usize,
+        base: usize,
+        begin: usize,
+        size: i64,
+        ty: i64,
+        name: usize,
+    ) -> MapperComponents;
 }
 
 /// Offload policy, fixed on first use (`OMP_TARGET_OFFLOAD`).
@@ -195,9 +203,13 @@ impl Runtime {
         }
         let l = loc.parse();
         if l.is_known() {
-            info::emit(&format!("{l}: omptarget fatal error 1: failure of target construct while offloading is mandatory\n"));
+            info::emit(&format!(
+                "{l}: omptarget fatal error 1: failure of target construct while offloading is mandatory\n"
+            ));
         } else {
-            info::error(format_args!("Source location information not present. Compile with -g or -gline-tables-only."));
+            info::error(format_args!(
+                "Source location information not present. Compile with -g or -gline-tables-only."
+            ));
             info::emit("omptarget fatal error 1: failure of target construct while offloading is mandatory\n");
         }
         std::process::abort();

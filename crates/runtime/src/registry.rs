@@ -55,7 +55,12 @@ impl Registry {
         self.descs.iter().map(|d| d.images.len()).sum()
     }
     pub fn image_triples(&self) -> Vec<String> {
-        self.descs.iter().flat_map(|d| d.images.iter().map(|i| if i.triple.is_empty() { "unknown".to_string() } else { i.triple.clone() })).collect()
+        self.descs
+            .iter()
+            .flat_map(|d| {
+                d.images.iter().map(|i| if i.triple.is_empty() { "unknown".to_string() } else { i.triple.clone() })
+            })
+            .collect()
     }
 }
 
@@ -88,7 +93,12 @@ impl Runtime {
             match reg.requires {
                 None => reg.requires = Some(e.data),
                 Some(prev) => {
-                    for bit in [requires::REVERSE_OFFLOAD, requires::UNIFIED_ADDRESS, requires::UNIFIED_SHARED_MEMORY, requires::DYNAMIC_ALLOCATORS] {
+                    for bit in [
+                        requires::REVERSE_OFFLOAD,
+                        requires::UNIFIED_ADDRESS,
+                        requires::UNIFIED_SHARED_MEMORY,
+                        requires::DYNAMIC_ALLOCATORS,
+                    ] {
                         if (prev & bit) != (e.data & bit) {
                             info::emit(&format!(
                                 "omptarget fatal error 2: '#pragma omp requires {}' not used consistently!\n",
@@ -111,10 +121,19 @@ impl Runtime {
                 Err(_) => (img.bytes, String::new()),
             };
             let triple_opt = (!triple.is_empty()).then_some(triple.as_str());
-            let plugins: Vec<usize> =
-                self.plugins.iter().enumerate().filter(|(_, p)| p.is_compatible(bytes, triple_opt)).map(|(i, _)| i).collect();
+            let plugins: Vec<usize> = self
+                .plugins
+                .iter()
+                .enumerate()
+                .filter(|(_, p)| p.is_compatible(bytes, triple_opt))
+                .map(|(i, _)| i)
+                .collect();
             if plugins.is_empty() && self.config.debug > 0 {
-                info::emit(&format!("omptarget debug: image of {} bytes ({}) suits no plugin\n", bytes.len(), if triple.is_empty() { "no triple" } else { &triple }));
+                info::emit(&format!(
+                    "omptarget debug: image of {} bytes ({}) suits no plugin\n",
+                    bytes.len(),
+                    if triple.is_empty() { "no triple" } else { &triple }
+                ));
             }
             images.push(LoadableImage { bytes, triple, plugins });
         }

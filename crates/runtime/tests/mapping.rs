@@ -1,0 +1,230 @@
+//! Mapping semantics on a mock device with its own address space: reference counts, hold
+//! versus dynamic, extension, delayed deletion, attached pointers, `present`.
+
+use omp_format::{EntryLayout, OffloadEntry};
+use omp_plugin::mock::{MockDevice, MockPlugin, SharedMock};
+use omp_runtime::data::{ConstructState, Directive};
+use omp_runtime::map_type::*;
+use omp_runtime::{BinaryImage, Config, Descriptor, Loc, MapArgs, MapperComponents, OpenMpHost, Runtime};
+use std::sync::Arc;
+
+struct Host;
+
+impl OpenMpHost for Host {
+    fn target_offload(&self) -> i32 {
+        1
+    }
+    fn default_device(&self) -> i32 {
+        0
+    }
+    fn call_mapper(&self, _: usize, _: usize, _: usize, _: i64, _: i64, _: usize) -> MapperComponents {
+        MapperComponents::default()
+    }
+}
+
+static IMAGE: &[u8] = b"MOCK image";
+
+fn runtime() -> (Runtime, Arc<MockDevice>) {
+    let mock = SharedMock::default();
+    let dev = mock.0.clone();
+    let rt = Runtime::new(Config::default(), Box::new(Host), vec![Box::new(MockPlugin(mock))]);
+    rt.register_lib(Descriptor {
+        key: 1,
+        images: vec![BinaryImage { bytes: IMAGE }],
+        entries: Vec::<OffloadEntry>::new(),
+        layout: EntryLayout::V1,
+    });
+    assert_eq!(rt.num_devices(), 1);
+    (rt, dev)
+}
+
+/// One map entry, in the compiler's arrays.
+struct Maps {
+    bases: Vec<usize>,
+    begins: Vec<usize>,
+    sizes: Vec<i64>,
+    types: Vec<i64>,
+}
+
+impl Maps {
+    fn new() -> Self {
+        Maps { bases: vec![], begins: vec![], sizes: vec![], types: vec![] }
+    }
+    fn add<T, U>(mut self, base: *const T, begin: *const U, size: usize, ty: i64) -> Self {
+        self.bases.push(base as usize);
+        self.begins.push(begin as usize);
+        self.sizes.push(size as i64);
+        self.types.push(ty);
+        self
+    }
+    fn args(&mut self) -> MapArgs<'_> {
+        MapArgs {
+            bases: &mut self.bases,
+            begins: &self.begins,
+            sizes: &self.sizes,
+            types: &self.types,
+            names: None,
+            mappers: None,
+        }
+    }
+}
+
+fn enter(rt: &Runtime, m: &mut Maps) {
+    rt.data_directive(Loc::NONE, 0, &mut m.args(), Directive::Begin, false);
+}
+
+fn exit(rt: &Runtime, m: &mut Maps) {
+    rt.data_directive(Loc::NONE, 0, &mut m.args(), Directive::End, false);
+}
+
+fn tgt(rt: &Runtime, p: usize) -> usize {
+    rt.mapped_ptr(p, 0)
+}
+
+#[test]
+fn dynamic_count_copies_on_first_and_last_reference() {
+    let (rt, dev) = runtime();
+    let mut x = [1u32, 2, 3, 4];
+    let px = x.as_ptr();
+    enter(&rt, &mut Maps::new().add(px, px, 16, TO));
+    let t = tgt(&rt, px as usize);
+    assert_ne!(t, 0);
+    assert_ne!(t, px as usize, "the mock device has its own address space");
+    assert_eq!(dev.read(t, 4), 1u32.to_le_bytes());
+    // A second enter does not copy again: change the host copy and check the device keeps 1.
+    x[0] = 50;
+    enter(&rt, &mut Maps::new().add(px, px, 16, TO));
+    assert_eq!(dev.read(t, 4), 1u32.to_le_bytes());
+    dev.write(t, &9u32.to_le_bytes());
+    // First exit: count 2 -> 1, nothing copied back, still present.
+    exit(&rt, &mut Maps::new().add(px, px, 16, FROM));
+    assert_eq!(x[0], 50);
+    assert_eq!(rt.is_present(px as usize, 0), 1);
+    // Last exit copies back and frees.
+    exit(&rt, &mut Maps::new().add(px, px, 16, FROM));
+    assert_eq!(x[0], 9);
+    assert_eq!(rt.is_present(px as usize, 0), 0);
+    assert_eq!(dev.live_allocations(), 1, "only the cached block in the memory manager remains");
+}
+
+#[test]
+fn hold_count_keeps_data_after_dynamic_release_and_delete() {
+    let (rt, _dev) = runtime();
+    let x = [0u8; 32];
+    let p = x.as_ptr();
+    enter(&rt, &mut Maps::new().add(p, p, 32, TO | OMPX_HOLD));
+    enter(&rt, &mut Maps::new().add(p, p, 32, TO));
+    exit(&rt, &mut Maps::new().add(p, p, 32, DELETE));
+    assert_eq!(rt.is_present(p as usize, 0), 1, "delete does not override a hold reference");
+    exit(&rt, &mut Maps::new().add(p, p, 32, OMPX_HOLD));
+    assert_eq!(rt.is_present(p as usize, 0), 0);
+}
+
+#[test]
+fn explicit_extension_fails_implicit_extension_reuses() {
+    let (rt, _dev) = runtime();
+    let x = [0u8; 64];
+    let p = x.as_ptr();
+    let mut m = Maps::new().add(p, p, 32, TO);
+    let dev = rt.device(0).unwrap();
+    rt.data_begin(&dev, &mut m.args(), false, &mut ConstructState::default()).unwrap();
+    // [16, 48) extends the mapping [0, 32): an explicit map must fail…
+    let q = p.wrapping_add(16);
+    let mut bigger = Maps::new().add(q, q, 32, TO);
+    assert!(rt.data_begin(&dev, &mut bigger.args(), false, &mut ConstructState::default()).is_err());
+    // …an implicit one reuses the existing entry.
+    let mut implicit = Maps::new().add(q, q, 32, TO | IMPLICIT);
+    rt.data_begin(&dev, &mut implicit.args(), false, &mut ConstructState::default()).unwrap();
+    assert_eq!(rt.mapped_ptr(q as usize, 0), rt.mapped_ptr(p as usize, 0) + 16);
+}
+
+#[test]
+fn present_modifier_fails_on_unmapped_data() {
+    let (rt, _dev) = runtime();
+    let x = [0u8; 8];
+    let p = x.as_ptr();
+    let dev = rt.device(0).unwrap();
+    let mut m = Maps::new().add(p, p, 8, TO | PRESENT);
+    assert!(rt.data_begin(&dev, &mut m.args(), false, &mut ConstructState::default()).is_err());
+    assert_eq!(rt.is_present(p as usize, 0), 0);
+}
+
+#[repr(C)]
+struct Holder {
+    n: u64,
+    data: *mut u32,
+}
+
+#[test]
+fn pointer_member_is_attached_and_restored() {
+    let (rt, dev) = runtime();
+    let mut buf = [7u32; 8];
+    let mut h = Holder { n: 8, data: buf.as_mut_ptr() };
+    let hp = &h as *const Holder;
+    let member = &h.data as *const *mut u32;
+    // clang 19: combined struct entry + MEMBER_OF(1) | PTR_AND_OBJ pointee.
+    let mut m = Maps::new().add(hp, hp, std::mem::size_of::<Holder>(), TO | FROM).add(
+        member,
+        buf.as_ptr(),
+        32,
+        TO | FROM | PTR_AND_OBJ | (1i64 << 48),
+    );
+    enter(&rt, &mut m);
+    let dev_h = tgt(&rt, hp as usize);
+    let dev_buf = tgt(&rt, buf.as_ptr() as usize);
+    // The device struct's pointer holds the device buffer address, not the host one.
+    let stored = usize::from_le_bytes(dev.read(dev_h + 8, 8).try_into().unwrap());
+    assert_eq!(stored, dev_buf);
+    dev.write(dev_buf, &99u32.to_le_bytes());
+    exit(&rt, &mut m);
+    assert_eq!(buf[0], 99);
+    // Copying the struct back brought the device pointer; the shadow restored the host one.
+    assert_eq!(h.data, buf.as_mut_ptr());
+    h.n = 0;
+    assert_eq!(rt.is_present(hp as usize, 0), 0);
+}
+
+#[test]
+fn attach_entries_of_clang_22() {
+    let (rt, dev) = runtime();
+    let buf = [5u32; 4];
+    let ptr: *const u32 = buf.as_ptr();
+    let pp = &ptr as *const *const u32;
+    // Map the pointer variable itself and the pointee, then ATTACH (pointer storage -> pointee).
+    let mut m = Maps::new().add(pp, pp, 8, TO).add(ptr, ptr, 16, TO).add(pp, ptr, 8, ATTACH);
+    enter(&rt, &mut m);
+    let dev_ptr_storage = tgt(&rt, pp as usize);
+    let stored = usize::from_le_bytes(dev.read(dev_ptr_storage, 8).try_into().unwrap());
+    assert_eq!(stored, tgt(&rt, ptr as usize));
+}
+
+#[test]
+fn deletion_waits_for_the_end_of_the_construct() {
+    // Two entries of one exit construct name the same data: the first decrement to zero must
+    // not free storage that the second entry still copies back from.
+    let (rt, dev) = runtime();
+    let mut x = [1u8; 16];
+    let p = x.as_ptr();
+    enter(&rt, &mut Maps::new().add(p, p, 16, TO));
+    enter(&rt, &mut Maps::new().add(p, p, 16, TO));
+    let t = tgt(&rt, p as usize);
+    dev.write(t, &[42u8; 16]);
+    exit(&rt, &mut Maps::new().add(p, p, 16, FROM).add(p, p, 16, FROM | ALWAYS));
+    assert_eq!(x[0], 42);
+    assert_eq!(rt.is_present(p as usize, 0), 0);
+}
+
+#[test]
+fn update_moves_data_both_ways() {
+    let (rt, dev) = runtime();
+    let mut x = [3u16; 4];
+    let p = x.as_ptr();
+    enter(&rt, &mut Maps::new().add(p, p, 8, TO));
+    let t = tgt(&rt, p as usize);
+    x[0] = 11;
+    rt.data_directive(Loc::NONE, 0, &mut Maps::new().add(p, p, 8, TO).args(), Directive::Update, false);
+    assert_eq!(dev.read(t, 2), 11u16.to_le_bytes());
+    dev.write(t + 2, &12u16.to_le_bytes());
+    rt.data_directive(Loc::NONE, 0, &mut Maps::new().add(p, p, 8, FROM).args(), Directive::Update, false);
+    assert_eq!(x[1], 12);
+}
