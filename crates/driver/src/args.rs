@@ -106,6 +106,8 @@ pub struct Args {
     pub runtime_dir: Option<String>,
     /// Link as this language (`--driver-mode=`, or the program name `ompc++`/`ompfort`).
     pub link_lang: Option<Lang>,
+    /// `--declare-target-report[=FILE]`, `--declare-target-check`, `--declare-target-filter`.
+    pub declare_target: crate::declare_target::Options,
 }
 
 /// Options whose value is the next argument.
@@ -180,6 +182,7 @@ pub fn parse(prog: &str, argv: &[String]) -> Result<Args> {
         flang: None,
         runtime_dir: None,
         link_lang: link_lang_from_prog(prog),
+        declare_target: Default::default(),
     };
     let mut group: Option<usize> = None;
     let mut x: Option<String> = None;
@@ -203,6 +206,9 @@ pub fn parse(prog: &str, argv: &[String]) -> Result<Args> {
             ("--clang", Some(v)) => a.clang = Some(v),
             ("--flang", Some(v)) => a.flang = Some(v),
             ("--runtime-dir", Some(v)) => a.runtime_dir = Some(v),
+            ("--declare-target-report", v) => a.declare_target.report = Some(v.unwrap_or_else(|| "-".to_string())),
+            ("--declare-target-check", None) => a.declare_target.check = true,
+            ("--declare-target-filter", None) => a.declare_target.filter = true,
             ("--driver-mode", Some(v)) => {
                 a.link_lang = match v.as_str() {
                     "gcc" | "cc" | "c" => Some(Lang::C),
@@ -384,6 +390,22 @@ mod tests {
         assert_eq!(link_lang_from_prog("/x/bin/ompc++"), Some(Lang::Cxx));
         assert_eq!(link_lang_from_prog("ompfort"), Some(Lang::Fortran));
         assert_eq!(link_lang_from_prog("ompcc"), None);
+    }
+
+    #[test]
+    fn declare_target_flags() {
+        let a = p("-fopenmp --declare-target-report a.c");
+        assert_eq!(a.declare_target.report.as_deref(), Some("-"));
+        assert!(a.declare_target.enabled());
+        let a = p("-fopenmp --declare-target-report=r.txt --declare-target-filter a.c");
+        assert_eq!(a.declare_target.report.as_deref(), Some("r.txt"));
+        assert!(a.declare_target.filter && !a.declare_target.check);
+        assert!(!p("-fopenmp a.c").declare_target.enabled());
+        assert!(p("--declare-target-check a.c").declare_target.check);
+        assert!(
+            p("--declare-target-check a.c").items.is_empty()
+                || p("--declare-target-check a.c").host_opts().count() == 0
+        );
     }
 
     #[test]

@@ -133,6 +133,27 @@ pub fn link(ctx: &Ctx, compiled: &[Option<Compiled>], out: &str) -> Result<()> {
         devices.push(DeviceObj { triple: bin.triple().to_string(), arch: bin.arch().to_string(), path });
     }
 
+    // The declare-target analysis of the whole program, before the device link can fail.
+    if args.declare_target.enabled() && !ctx.runner.dry_run {
+        let units: Vec<_> = compiled.iter().flatten().filter_map(|c| c.dt.clone()).collect();
+        let t = std::time::Instant::now();
+        let analysis = crate::declare_target::check_program(&units);
+        ctx.runner.note(&format!(
+            "declare target analysis: {} nodes, {} edges, {:.3} ms",
+            analysis.graph.nodes.len(),
+            analysis.graph.edges.iter().map(Vec::len).sum::<usize>(),
+            t.elapsed().as_secs_f64() * 1e3
+        ));
+        let removed = if args.declare_target.filter {
+            let objs: Vec<(String, PathBuf)> = devices.iter().map(|d| (d.triple.clone(), d.path.clone())).collect();
+            let objcopy = format!("llvm-objcopy-{}", ctx.tc.clang.major);
+            crate::declare_target::filter_objects(&analysis, &objs, &objcopy)?
+        } else {
+            Vec::new()
+        };
+        crate::declare_target::finish(&args.declare_target, &analysis, &units, &removed)?;
+    }
+
     // Objects alone do not say their language; C++ runtime references do.
     if lang == Lang::C && args.link_lang.is_none() && objects.iter().any(|o| o.needs.iter().any(|n| is_cxx_runtime(n)))
     {

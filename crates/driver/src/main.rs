@@ -5,6 +5,7 @@
 mod args;
 mod bundle;
 mod classify;
+mod declare_target;
 mod driver;
 mod embed;
 mod error;
@@ -28,7 +29,9 @@ Targets: --target-offload=T opens a group of options for T only, closed by the n
 --target-offload= or by --host. Input files always belong to the whole build.
 Also accepted: -fopenmp-targets=T1,T2 with -Xopenmp-target[=T] <arg>.
 Driver options: -E -S -c -o -v -### --save-temps --clang=PATH --flang=PATH --runtime-dir=DIR
---driver-mode=gcc|g++|flang. Environment: OMPCC_CLANG, OMPCC_FLANG, OMPCC_RUNTIME_DIR.
+--driver-mode=gcc|g++|flang.
+Declare target analysis: --declare-target-report[=FILE] --declare-target-check --declare-target-filter
+(docs/declare-target.md). Environment: OMPCC_CLANG, OMPCC_FLANG, OMPCC_RUNTIME_DIR.
 See docs/ompcc.md.";
 
 fn run(argv: &[String]) -> error::Result<()> {

@@ -25,6 +25,8 @@ pub struct Compiled {
     pub host: PathBuf,
     /// Device objects handed straight to the link (empty when they were embedded).
     pub devices: Vec<DeviceObj>,
+    /// What the declare-target analysis read from the front end (when it runs).
+    pub dt: Option<crate::declare_target::graph::Unit>,
 }
 
 /// Everything the phases need.
@@ -135,7 +137,7 @@ impl Ctx<'_> {
                 c.arg("-o").arg(h.to_string_lossy());
             }
             self.runner.run(&c)?;
-            return Ok(Compiled { host: host.unwrap_or_default(), devices: Vec::new() });
+            return Ok(Compiled { host: host.unwrap_or_default(), devices: Vec::new(), dt: None });
         }
 
         // 1. Host front end: bitcode that the device compiles read.
@@ -153,6 +155,25 @@ impl Ctx<'_> {
         src(&mut fe);
         fe.arg("-o").arg(bc.to_string_lossy());
         self.runner.run(&fe)?;
+
+        // The declare-target analysis (only when asked): its own front-end run, after the host
+        // front end has reported any errors in the source.
+        let dt_opts = &self.args.declare_target;
+        let dt = if dt_opts.enabled() {
+            let opts: Vec<String> = host_opts
+                .iter()
+                .filter(|o| classify(o) != Class::Link && classify(o) != Class::Deps)
+                .flat_map(|o| o.iter().cloned())
+                .collect();
+            self.runner.note(&format!("{name}: declare target analysis"));
+            let unit = crate::declare_target::collect(tool, lang, &opts, input, self.runner.dry_run)?;
+            if let (Some(u), true) = (&unit, emit != Emit::ForLink) {
+                crate::declare_target::check_unit(dt_opts, u)?;
+            }
+            unit
+        } else {
+            None
+        };
 
         // 2. Device compiles; 3. host back end. For a link they are independent, so they run
         // side by side; for -c/-S the back end embeds the device objects and waits for them.
@@ -212,7 +233,7 @@ impl Ctx<'_> {
         if emit == Emit::ForLink {
             be.arg(bc.to_string_lossy()).arg("-o").arg(host.to_string_lossy());
             run_all(self.runner, dev_cmds.iter().chain(std::iter::once(&be)))?;
-            return Ok(Compiled { host, devices });
+            return Ok(Compiled { host, devices, dt });
         }
 
         run_all(self.runner, dev_cmds.iter())?;
@@ -225,7 +246,7 @@ impl Ctx<'_> {
         be.arg(x).arg(format!("-fembed-offload-object={}", pack.display()));
         be.arg(bc.to_string_lossy()).arg("-o").arg(host.to_string_lossy());
         self.runner.run(&be)?;
-        Ok(Compiled { host, devices: Vec::new() })
+        Ok(Compiled { host, devices: Vec::new(), dt: None })
     }
 }
 

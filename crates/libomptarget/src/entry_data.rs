@@ -42,6 +42,7 @@ macro_rules! data_entry {
             nm: *mut *mut c_void,
             m: *mut *mut c_void,
         ) {
+            crate::record_caller!();
             // SAFETY: clang passes arrays of `n` entries.
             unsafe { data($which, false, l, d, n, b, p, s, t, nm, m) }
         }

@@ -15,6 +15,7 @@ pub unsafe extern "C" fn __tgt_target_kernel(
     host_ptr: *mut c_void,
     args: *mut KernelArgs,
 ) -> i32 {
+    crate::record_caller!();
     guard("__tgt_target_kernel", OFFLOAD_FAIL, || {
         // SAFETY: clang passes its KernelArgsTy for this launch.
         let Some(mut launch) = (unsafe { abi::kernel_launch(args, num_teams, thread_limit) }) else {

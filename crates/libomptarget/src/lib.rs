@@ -10,6 +10,7 @@ mod entry_data;
 mod entry_kernel;
 mod entry_misc;
 mod host;
+mod ompt;
 
 use omp_runtime::{Config, Runtime};
 use std::sync::OnceLock;
@@ -18,11 +19,27 @@ static RUNTIME: OnceLock<Runtime> = OnceLock::new();
 
 /// The runtime, created on first use from the environment.
 pub(crate) fn rt() -> &'static Runtime {
-    RUNTIME.get_or_init(|| {
+    let rt = RUNTIME.get_or_init(|| {
         let config = Config::from_env(|k| std::env::var(k).ok());
-        let plugins: Vec<Box<dyn omp_plugin::Plugin>> = vec![Box::new(omp_plugin_host::HostPlugin)];
+        #[allow(unused_mut)]
+        let mut plugins: Vec<Box<dyn omp_plugin::Plugin>> = vec![Box::new(omp_plugin_host::HostPlugin)];
+        // Each server in LIBOMPTARGET_RPC_ADDRESS: its devices come after the local ones.
+        #[cfg(feature = "remote")]
+        plugins.extend(omp_plugin_remote::plugins_from_env().into_iter().map(|p| Box::new(p) as Box<dyn omp_plugin::Plugin>));
         Runtime::new(config, Box::new(host::Libomp::load()), plugins)
-    })
+    });
+    // Connecting to an OMPT tool goes through libomp, which may call back into us (for
+    // `omp_get_num_devices`): do it after the runtime exists, once.
+    static CONNECT: std::sync::Once = std::sync::Once::new();
+    if !CONNECT.is_completed() && !CONNECTING.with(|c| c.replace(true)) {
+        CONNECT.call_once(|| rt.set_observers(ompt::connect().into_iter().collect()));
+        CONNECTING.with(|c| c.set(false));
+    }
+    rt
+}
+
+thread_local! {
+    static CONNECTING: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// Runs `f`, turning a panic into an error message and `fallback`.

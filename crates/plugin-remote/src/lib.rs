@@ -1,1 +1,548 @@
-pub struct X;
+//! Remote offload devices: the devices of an `offload-server`, reached over gRPC.
+//!
+//! One [`RemotePlugin`] per configured server (`LIBOMPTARGET_RPC_ADDRESS`). The plugin runs
+//! inside the user's synchronous program, so it owns a small tokio runtime and blocks on
+//! each call. Control calls have a deadline of `LIBOMPTARGET_RPC_LATENCY`; transfers fail
+//! when a chunk makes no progress for that long; HTTP/2 keepalive pings with the same
+//! timeout end a launch whose server died or stalled. Device addresses are the server's:
+//! this process never dereferences them, and the server checks them against the session.
+
+pub mod config;
+
+use config::ClientConfig;
+use omp_format::elf;
+use omp_plugin::{host_memory, AllocKind, Device, ImageId, KernelId, LaunchConfig, Plugin, PluginError, Result};
+use omp_remote_proto::pb::offload_client::OffloadClient;
+use omp_remote_proto::pb::*;
+use std::collections::HashMap;
+use std::ffi::CStr;
+use std::future::Future;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::{Channel, Endpoint};
+
+/// The plugin's private runtime: one worker thread drives the connections (keepalives,
+/// heartbeats) while the program's threads block on calls.
+fn runtime() -> std::result::Result<&'static tokio::runtime::Runtime, PluginError> {
+    static RT: OnceLock<std::result::Result<tokio::runtime::Runtime, String>> = OnceLock::new();
+    RT.get_or_init(|| {
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("omp-remote")
+            .enable_all()
+            .build()
+            .map_err(|e| e.to_string())
+    })
+    .as_ref()
+    .map_err(|e| PluginError(format!("remote plugin: cannot start its runtime: {e}")))
+}
+
+/// Runs `fut` to completion on the plugin runtime, failing after `limit`.
+fn block<T>(limit: Option<Duration>, what: &str, fut: impl Future<Output = Result<T>>) -> Result<T> {
+    let rt = runtime()?;
+    match limit {
+        None => rt.block_on(fut),
+        Some(d) => rt.block_on(async {
+            tokio::time::timeout(d, fut).await.unwrap_or_else(|_| {
+                Err(PluginError(format!("{what}: no answer within {:.1}s (LIBOMPTARGET_RPC_LATENCY)", d.as_secs_f64())))
+            })
+        }),
+    }
+}
+
+/// Adds the token to every call.
+#[derive(Clone)]
+struct Auth(Option<MetadataValue<Ascii>>);
+
+impl tonic::service::Interceptor for Auth {
+    fn call(&mut self, mut req: tonic::Request<()>) -> std::result::Result<tonic::Request<()>, tonic::Status> {
+        if let Some(t) = &self.0 {
+            req.metadata_mut().insert(omp_remote_proto::AUTH_HEADER, t.clone());
+        }
+        Ok(req)
+    }
+}
+
+type Client = OffloadClient<InterceptedService<Channel, Auth>>;
+
+/// The server's reply to Hello, and the connection.
+struct Conn {
+    addr: String,
+    client: Client,
+    hello: HelloReply,
+    cfg: Arc<ClientConfig>,
+    session: Mutex<Option<Arc<SessionState>>>,
+}
+
+/// A live session: its id, and why it ended if it did.
+struct SessionState {
+    id: u64,
+    ended: Arc<Mutex<Option<String>>>,
+    /// Dropping the sender closes the session stream: the server frees everything.
+    _heartbeat: mpsc::Sender<SessionUp>,
+}
+
+fn uri(addr: &str) -> String {
+    if addr.starts_with("http://") || addr.starts_with("https://") {
+        addr.to_string()
+    } else {
+        format!("http://{addr}")
+    }
+}
+
+impl Conn {
+    fn connect(addr: &str, cfg: Arc<ClientConfig>) -> Result<Conn> {
+        let what = format!("connecting to offload-server at {addr}");
+        let token = match &cfg.token {
+            Some(t) => Some(
+                format!("Bearer {t}")
+                    .parse()
+                    .map_err(|_| PluginError("the RPC token has characters a header cannot carry".into()))?,
+            ),
+            None => None,
+        };
+        let endpoint = Endpoint::from_shared(uri(addr))
+            .map_err(|e| PluginError(format!("LIBOMPTARGET_RPC_ADDRESS entry '{addr}': {e}")))?
+            .connect_timeout(cfg.latency)
+            .tcp_nodelay(true)
+            .http2_keep_alive_interval(cfg.latency)
+            .keep_alive_timeout(cfg.latency)
+            .keep_alive_while_idle(true)
+            .initial_stream_window_size(8u32 << 20)
+            .initial_connection_window_size(32u32 << 20);
+        let latency = cfg.latency;
+        let inside_worker = cfg.inside_worker;
+        block(Some(latency * 2), &what.clone(), async move {
+            let channel = endpoint.connect().await.map_err(|e| PluginError(format!("{what}: {}", source_chain(&e))))?;
+            let mut client = OffloadClient::with_interceptor(channel, Auth(token))
+                .max_decoding_message_size(omp_remote_proto::MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(omp_remote_proto::MAX_MESSAGE_BYTES);
+            let hello = HelloRequest {
+                protocol_version: omp_remote_proto::PROTOCOL_VERSION,
+                client: format!("omp-plugin-remote {} (pid {})", env!("CARGO_PKG_VERSION"), std::process::id()),
+                inside_worker,
+            };
+            let hello =
+                client.hello(hello).await.map_err(|s| PluginError(format!("{what}: {}", s.message())))?.into_inner();
+            if hello.protocol_version != omp_remote_proto::PROTOCOL_VERSION {
+                return Err(PluginError(format!(
+                    "{what}: the server speaks protocol {}, this runtime {}",
+                    hello.protocol_version,
+                    omp_remote_proto::PROTOCOL_VERSION
+                )));
+            }
+            if hello.pointer_width != usize::BITS || hello.little_endian != cfg!(target_endian = "little") {
+                return Err(PluginError(format!(
+                    "{what}: the server's pointer width or byte order differs from this machine's"
+                )));
+            }
+            Ok(Conn { addr: addr.to_string(), client, hello, cfg, session: Mutex::new(None) })
+        })
+    }
+
+    /// The session, opened at the first device call.
+    fn session(&self) -> Result<Arc<SessionState>> {
+        let mut slot = self.session.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(s) = &*slot {
+            if let Some(why) = s.ended.lock().unwrap().clone() {
+                return Err(self.err(&why));
+            }
+            return Ok(s.clone());
+        }
+        let mut client = self.client.clone();
+        let what = format!("opening a session on offload-server at {}", self.addr);
+        let addr = self.addr.clone();
+        let s = block(Some(self.cfg.latency), &what.clone(), async move {
+            let (tx, rx) = mpsc::channel(2);
+            tx.send(SessionUp { heartbeat: 0 }).await.map_err(|_| PluginError("session stream closed".into()))?;
+            let mut down = client
+                .session(ReceiverStream::new(rx))
+                .await
+                .map_err(|s| PluginError(format!("{what}: {}", s.message())))?
+                .into_inner();
+            let first = down
+                .message()
+                .await
+                .map_err(|s| PluginError(format!("{what}: {}", s.message())))?
+                .ok_or_else(|| PluginError(format!("{what}: the server closed the session at once")))?;
+            let ended = Arc::new(Mutex::new(None));
+            let lease = Duration::from_millis(u64::from(first.lease_ms.max(300)));
+            let beat = tx.clone();
+            tokio::spawn(async move {
+                for n in 1u64.. {
+                    tokio::time::sleep(lease / 3).await;
+                    if beat.send(SessionUp { heartbeat: n }).await.is_err() {
+                        return;
+                    }
+                }
+            });
+            let e = ended.clone();
+            tokio::spawn(async move {
+                let why = loop {
+                    match down.message().await {
+                        Ok(Some(m)) if !m.ended.is_empty() => break m.ended,
+                        Ok(Some(_)) => {}
+                        Ok(None) => break "the server closed the session".to_string(),
+                        Err(s) => break format!("session lost: {}", s.message()),
+                    }
+                };
+                e.lock().unwrap().get_or_insert(why);
+                let _ = addr;
+            });
+            Ok(Arc::new(SessionState { id: first.session, ended, _heartbeat: tx }))
+        })?;
+        if self.cfg.verbose {
+            eprintln!("omptarget remote info: session {:#x} opened on offload-server {}", s.id, self.addr);
+        }
+        *slot = Some(s.clone());
+        Ok(s)
+    }
+
+    fn err(&self, msg: &str) -> PluginError {
+        PluginError(format!("remote device on {}: {msg}", self.addr))
+    }
+
+    /// Turns a failed call into an error naming the server, preferring the session's end reason.
+    fn status(&self, s: &SessionState, st: tonic::Status) -> PluginError {
+        let ended = s.ended.lock().unwrap().clone();
+        match ended {
+            Some(why) if st.code() != tonic::Code::Aborted => {
+                self.err(&format!("{} (session ended: {why})", st.message()))
+            }
+            _ => self.err(st.message()),
+        }
+    }
+}
+
+fn source_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut cur = e.source();
+    while let Some(c) = cur {
+        s.push_str(": ");
+        s.push_str(&c.to_string());
+        cur = c.source();
+    }
+    s
+}
+
+/// The plugin for one server.
+pub struct RemotePlugin {
+    addr: String,
+    name: String,
+    cfg: Arc<ClientConfig>,
+    conn: OnceLock<Option<Arc<Conn>>>,
+}
+
+/// One plugin per server in `LIBOMPTARGET_RPC_ADDRESS`, in order; none when it is unset.
+pub fn plugins_from_env() -> Vec<RemotePlugin> {
+    let cfg = match ClientConfig::from_env(|k| std::env::var(k).ok()) {
+        Ok(c) => Arc::new(c),
+        Err(e) => {
+            eprintln!("omptarget error: remote plugin: {e}");
+            return Vec::new();
+        }
+    };
+    if cfg.inside_worker && !cfg.addresses.is_empty() {
+        eprintln!("omptarget error: remote-to-remote offloading is refused: this process is an offload-server worker");
+        return Vec::new();
+    }
+    cfg.addresses.iter().map(|a| RemotePlugin::new(a, cfg.clone())).collect()
+}
+
+impl RemotePlugin {
+    pub fn new(addr: &str, cfg: Arc<ClientConfig>) -> Self {
+        Self { addr: addr.to_string(), name: format!("remote({addr})"), cfg, conn: OnceLock::new() }
+    }
+
+    /// The connection, made on first need; failures are reported once and the server's
+    /// devices are then absent.
+    fn conn(&self) -> Option<&Arc<Conn>> {
+        self.conn
+            .get_or_init(|| match Conn::connect(&self.addr, self.cfg.clone()) {
+                Ok(c) => {
+                    if self.cfg.verbose {
+                        eprintln!(
+                            "omptarget remote info: {} at {} (protocol {}) offers {} devices for {}",
+                            c.hello.server,
+                            self.addr,
+                            c.hello.protocol_version,
+                            c.hello.num_devices,
+                            c.hello.triples.join(",")
+                        );
+                    }
+                    Some(Arc::new(c))
+                }
+                Err(e) => {
+                    eprintln!("omptarget error: remote plugin: {e}; its devices are not available");
+                    None
+                }
+            })
+            .as_ref()
+    }
+}
+
+impl Plugin for RemotePlugin {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn device_count(&self) -> usize {
+        self.conn().map_or(0, |c| c.hello.num_devices as usize)
+    }
+
+    fn is_compatible(&self, image: &[u8], triple: Option<&str>) -> bool {
+        let arch_ok = |t: &str| t.split('-').next() == Some("x86_64");
+        if let Some(t) = triple.filter(|t| !t.is_empty()) {
+            if !arch_ok(t) {
+                return false;
+            }
+        }
+        if !elf::header(image).is_ok_and(|h| h.loadable_on_x86_64().is_ok()) {
+            return false;
+        }
+        self.conn().is_some_and(|c| c.hello.triples.iter().any(|t| arch_ok(t)))
+    }
+
+    fn open_device(&self, index: usize) -> Result<Box<dyn Device>> {
+        let conn =
+            self.conn().ok_or_else(|| PluginError(format!("offload-server at {} is not reachable", self.addr)))?;
+        if index >= conn.hello.num_devices as usize {
+            return Err(PluginError(format!("offload-server at {} has no device {index}", self.addr)));
+        }
+        Ok(Box::new(RemoteDevice { conn: conn.clone(), index: index as u32, kernels: Mutex::new(HashMap::new()) }))
+    }
+}
+
+/// One device of a server.
+pub struct RemoteDevice {
+    conn: Arc<Conn>,
+    index: u32,
+    /// Kernel names by handle, for messages.
+    kernels: Mutex<HashMap<usize, String>>,
+}
+
+impl RemoteDevice {
+    /// A control call: deadline `LIBOMPTARGET_RPC_LATENCY`.
+    fn control<T, F, Fut>(&self, what: &str, f: F) -> Result<T>
+    where
+        F: FnOnce(Client, u64) -> Fut,
+        Fut: Future<Output = std::result::Result<tonic::Response<T>, tonic::Status>>,
+    {
+        let s = self.conn.session()?;
+        let fut = f(self.conn.client.clone(), s.id);
+        let c = &self.conn;
+        block(Some(c.cfg.latency), &format!("{what} on {}", c.addr), async {
+            fut.await.map(|r| r.into_inner()).map_err(|st| c.status(&s, st))
+        })
+    }
+}
+
+impl Device for RemoteDevice {
+    fn load_image(&self, image: &[u8]) -> Result<ImageId> {
+        let s = self.conn.session()?;
+        let (c, dev) = (&self.conn, self.index);
+        let total = image.len() as u64;
+        let chunks: Vec<ImageChunk> = image
+            .chunks(c.cfg.block_size)
+            .map(|d| ImageChunk { session: s.id, device: dev, total_size: total, data: d.to_vec().into() })
+            .collect();
+        let mut client = c.client.clone();
+        let limit = c.cfg.latency * 4 + Duration::from_secs(total / (16 << 20));
+        let r = block(Some(limit), &format!("loading an image on {}", c.addr), async {
+            client.load_image(tokio_stream::iter(chunks)).await.map(|r| r.into_inner()).map_err(|st| c.status(&s, st))
+        })?;
+        Ok(ImageId(r.image as usize))
+    }
+
+    fn kernel(&self, image: ImageId, name: &CStr) -> Result<KernelId> {
+        let n = name.to_string_lossy().into_owned();
+        let dev = self.index;
+        let r = self.control("resolving a kernel", |mut cl, session| async move {
+            cl.symbol(SymbolRequest { session, device: dev, image: image.0 as u64, name: n, kernel: true }).await
+        })?;
+        self.kernels.lock().unwrap().insert(r.value as usize, name.to_string_lossy().into_owned());
+        Ok(KernelId(r.value as usize))
+    }
+
+    fn global(&self, image: ImageId, name: &CStr) -> Result<usize> {
+        let n = name.to_string_lossy().into_owned();
+        let dev = self.index;
+        let r = self.control("resolving a global", |mut cl, session| async move {
+            cl.symbol(SymbolRequest { session, device: dev, image: image.0 as u64, name: n, kernel: false }).await
+        })?;
+        Ok(r.value as usize)
+    }
+
+    fn alloc(&self, size: usize, kind: AllocKind) -> Result<usize> {
+        let dev = self.index;
+        let r = self.control("allocating", |mut cl, session| async move {
+            cl.alloc(AllocRequest { session, device: dev, size: size as u64, kind: kind as u32 }).await
+        })?;
+        Ok(r.addr as usize)
+    }
+
+    fn free(&self, ptr: usize, _kind: AllocKind) -> Result<()> {
+        let dev = self.index;
+        self.control("freeing", |mut cl, session| async move {
+            cl.free(FreeRequest { session, device: dev, addr: ptr as u64 }).await
+        })?;
+        Ok(())
+    }
+
+    fn submit(&self, tgt: usize, host: usize, size: usize) -> Result<()> {
+        if size == 0 {
+            return Ok(());
+        }
+        let s = self.conn.session()?;
+        let c = &*self.conn;
+        let (block_size, latency, dev) = (c.cfg.block_size, c.cfg.latency, self.index);
+        let mut client = c.client.clone();
+        let what = format!("copying {size} bytes to {}", c.addr);
+        // SAFETY: the runtime hands us `[host, host+size)` as readable program memory for the
+        // duration of this call; it is only read, chunk by chunk, before `block` returns.
+        let src: &[u8] = unsafe { std::slice::from_raw_parts(host as *const u8, size) };
+        block(None, &what.clone(), async {
+            let (tx, rx) = mpsc::channel(c.cfg.inflight_chunks());
+            let call = tokio::spawn(async move { client.submit(ReceiverStream::new(rx)).await });
+            let mut off = 0usize;
+            while off < size {
+                let n = block_size.min(size - off);
+                let data = bytes::Bytes::copy_from_slice(&src[off..off + n]);
+                let chunk = SubmitChunk {
+                    session: s.id,
+                    device: dev,
+                    addr: tgt as u64,
+                    total_size: size as u64,
+                    offset: off as u64,
+                    data,
+                };
+                match tokio::time::timeout(latency, tx.send(chunk)).await {
+                    Ok(Ok(())) => {}
+                    Ok(Err(_)) => break, // the call ended early: its status says why
+                    Err(_) => {
+                        call.abort();
+                        return Err(c.err(&format!(
+                            "{what}: no progress within {:.1}s (LIBOMPTARGET_RPC_LATENCY)",
+                            latency.as_secs_f64()
+                        )));
+                    }
+                }
+                off += n;
+            }
+            drop(tx);
+            match tokio::time::timeout(latency, call).await {
+                Ok(Ok(Ok(_))) => Ok(()),
+                Ok(Ok(Err(st))) => Err(c.status(&s, st)),
+                Ok(Err(e)) => Err(c.err(&format!("{what}: {e}"))),
+                Err(_) => Err(c.err(&format!(
+                    "{what}: no answer within {:.1}s (LIBOMPTARGET_RPC_LATENCY)",
+                    latency.as_secs_f64()
+                ))),
+            }
+        })
+    }
+
+    fn retrieve(&self, host: usize, tgt: usize, size: usize) -> Result<()> {
+        if size == 0 {
+            return Ok(());
+        }
+        let s = self.conn.session()?;
+        let c = &*self.conn;
+        let (latency, dev) = (c.cfg.latency, self.index);
+        let mut client = c.client.clone();
+        let what = format!("copying {size} bytes from {}", c.addr);
+        let stalled =
+            || c.err(&format!("{what}: no progress within {:.1}s (LIBOMPTARGET_RPC_LATENCY)", latency.as_secs_f64()));
+        let req = RetrieveRequest {
+            session: s.id,
+            device: dev,
+            addr: tgt as u64,
+            size: size as u64,
+            chunk: c.cfg.block_size as u32,
+        };
+        block(None, &what.clone(), async {
+            let mut stream = match tokio::time::timeout(latency, client.retrieve(req)).await {
+                Ok(r) => r.map_err(|st| c.status(&s, st))?.into_inner(),
+                Err(_) => return Err(stalled()),
+            };
+            let mut got = 0usize;
+            loop {
+                let m = tokio::time::timeout(latency, stream.message())
+                    .await
+                    .map_err(|_| stalled())?
+                    .map_err(|st| c.status(&s, st))?;
+                let Some(chunk) = m else { break };
+                let off = chunk.offset as usize;
+                if off.checked_add(chunk.data.len()).is_none_or(|end| end > size) {
+                    return Err(c.err(&format!("{what}: the server sent bytes outside the requested range")));
+                }
+                host_memory::copy(host + off, chunk.data.as_ptr() as usize, chunk.data.len());
+                got += chunk.data.len();
+            }
+            if got != size {
+                return Err(c.err(&format!("{what}: the transfer ended after {got} bytes")));
+            }
+            Ok(())
+        })
+    }
+
+    fn copy_within(&self, dst: usize, src: usize, size: usize) -> Result<()> {
+        if size == 0 {
+            return Ok(());
+        }
+        let dev = self.index;
+        self.control("copying on the device", |mut cl, session| async move {
+            cl.copy_within(CopyWithinRequest {
+                session,
+                device: dev,
+                dst: dst as u64,
+                src: src as u64,
+                size: size as u64,
+            })
+            .await
+        })?;
+        Ok(())
+    }
+
+    fn launch(&self, kernel: KernelId, args: &[usize], config: &LaunchConfig) -> Result<()> {
+        let s = self.conn.session()?;
+        let c = &*self.conn;
+        let req = LaunchRequest {
+            session: s.id,
+            device: self.index,
+            kernel: kernel.0 as u64,
+            args: args.iter().map(|&a| a as u64).collect(),
+            with_dyn_ptr: config.with_dyn_ptr,
+            num_teams: config.num_teams,
+            thread_limit: config.thread_limit,
+        };
+        let mut client = c.client.clone();
+        // No deadline: kernels run as long as they run; keepalive pings notice a dead server.
+        block(None, "launching", async { client.launch(req).await.map(|_| ()).map_err(|st| c.status(&s, st)) }).map_err(
+            |e| {
+                let name = self.kernels.lock().unwrap().get(&kernel.0).cloned();
+                match name {
+                    Some(n) if !e.0.contains(&n) => PluginError(format!("{} (kernel '{n}')", e.0)),
+                    _ => e,
+                }
+            },
+        )
+    }
+
+    fn info(&self) -> Vec<(String, String)> {
+        vec![
+            ("Device Type".into(), "Remote generic-elf-64bit (offload-server worker)".into()),
+            ("Remote Server".into(), format!("{} ({})", self.conn.addr, self.conn.hello.server)),
+            ("Remote Device".into(), self.index.to_string()),
+            ("UID".into(), format!("remote-{}-{}", self.conn.addr, self.index)),
+        ]
+    }
+
+    fn shares_host_address_space(&self) -> bool {
+        false
+    }
+}

@@ -4,6 +4,7 @@
 use crate::config::info_bits;
 use crate::map_type::{self as mt, has, member_of};
 use crate::table::{Lookup, MapEntry, MappingTable, ShadowPtr};
+use crate::trace::{DataOp, TargetKind};
 use crate::{info, DeviceCtx, Failed, Loc, Outcome, Runtime};
 use omp_plugin::{host_memory, AllocKind};
 
@@ -201,6 +202,7 @@ impl Runtime {
                 Failed
             })?;
             let tgt_begin = alloc + r.padding;
+            self.data_op(DataOp::Alloc, r.begin, self.initial_device(), alloc, dev.id, r.size + r.padding);
             let (dyn_rc, hold_rc) = if hold { (0, 1) } else { (1, 0) };
             let key = t.insert(MapEntry {
                 base: r.base,
@@ -254,6 +256,7 @@ impl Runtime {
                 ),
             );
         }
+        self.data_op(DataOp::ToDevice, host, self.initial_device(), tgt, dev.id, size);
         dev.dev.submit(tgt, host, size).map_err(|e| {
             info::error(format_args!("Copying data to device failed: {e}"));
             Failed
@@ -271,6 +274,7 @@ impl Runtime {
                 ),
             );
         }
+        self.data_op(DataOp::FromDevice, tgt, dev.id, host, self.initial_device(), size);
         dev.dev.retrieve(host, tgt, size).map_err(|e| {
             info::error(format_args!("Copying data from device failed: {e}"));
             Failed
@@ -472,6 +476,7 @@ impl Runtime {
             );
         }
         if e.owns_memory {
+            self.data_op(DataOp::Delete, e.tgt_alloc, dev.id, 0, self.initial_device(), e.size());
             if let Err(err) = dev.free(e.tgt_alloc, AllocKind::Default) {
                 info::error(format_args!("Deallocating data from device failed: {err}"));
             }
@@ -673,11 +678,16 @@ impl Runtime {
             };
             self.print_args(dev.id, region, loc, args);
         }
-        let outcome = match which {
+        let kind = match which {
+            Directive::Begin => TargetKind::EnterData,
+            Directive::End => TargetKind::ExitData,
+            Directive::Update => TargetKind::Update,
+        };
+        let outcome = self.construct(kind, dev.id, || match which {
             Directive::Begin => self.data_begin(&dev, args, false, &mut ConstructState::default()),
             Directive::End => self.data_end(&dev, args, false),
             Directive::Update => self.data_update(&dev, args),
-        };
+        });
         if outcome.is_err() {
             let what = match which {
                 Directive::Begin => "targetDataBegin",

@@ -149,6 +149,7 @@ impl Runtime {
             // The last compatible image of a descriptor wins, as in LLVM.
             let Some(image) = desc.images.iter().rev().find(|i| i.plugins.contains(&dev.plugin)) else { continue };
             let image_id = dev.dev.load_image(image.bytes).map_err(|e| format!("Failed to load image: {e}"))?;
+            self.observe(|o| o.device_load(dev.id, image.bytes, image_id.0 as u64));
             self.bind_entries(dev, image_id, desc)?;
             loaded.descs.insert(desc.serial);
         }

@@ -4,6 +4,7 @@ use crate::config::info_bits;
 use crate::data::{ConstructState, MapArgs};
 use crate::map_type::{self as mt, has, member_of};
 use crate::table::Lookup;
+use crate::trace::{self, TargetKind};
 use crate::{info, DeviceCtx, Failed, Loc, Outcome, Runtime, Target};
 use omp_plugin::{AllocKind, LaunchConfig};
 
@@ -37,7 +38,7 @@ impl Runtime {
         if self.config.info_on(info_bits::KERNEL_ARGS) {
             self.print_args(dev.id, "Entering OpenMP kernel", loc, &launch.args);
         }
-        let outcome = self.target(&dev, loc, host_ptr, launch);
+        let outcome = self.construct(TargetKind::Target, dev.id, || self.target(&dev, loc, host_ptr, launch));
         if outcome.is_err() {
             info::error(format_args!("Executing target region abort target."));
         }
@@ -71,6 +72,11 @@ impl Runtime {
                     launch.num_teams.max(1),
                     launch.thread_limit.max(1)
                 ));
+            }
+            if self.observed() {
+                let (target_id, _) = trace::current();
+                let op = trace::next_id();
+                self.observe(|o| o.submit(target_id, op, launch.num_teams));
             }
             let config = LaunchConfig {
                 num_teams: launch.num_teams,

@@ -15,6 +15,7 @@ pub mod map_type;
 pub mod memory_manager;
 pub mod registry;
 pub mod table;
+pub mod trace;
 
 pub use config::Config;
 pub use data::{MapArgs, MapperComponents};
@@ -76,6 +77,8 @@ pub struct Runtime {
     /// Only clang 19 binaries are registered (see `legacy_use_device_null`).
     pub(crate) legacy_only: AtomicBool,
     policy: OnceLock<Policy>,
+    /// Set once, after start-up (tools connect through libomp, which may call back into us).
+    observers: OnceLock<Vec<Box<dyn trace::Observer>>>,
 }
 
 /// Where a construct should run.
@@ -98,7 +101,53 @@ impl Runtime {
             usm: AtomicBool::new(false),
             legacy_only: AtomicBool::new(false),
             policy: OnceLock::new(),
+            observers: OnceLock::new(),
         }
+    }
+
+    /// Installs the observers (OMPT tools, profilers); only the first call counts.
+    pub fn set_observers(&self, observers: Vec<Box<dyn trace::Observer>>) {
+        let _ = self.observers.set(observers);
+    }
+
+    /// Calls `f` on every observer; free when there are none.
+    #[inline]
+    pub(crate) fn observe(&self, f: impl Fn(&dyn trace::Observer)) {
+        if let Some(obs) = self.observers.get() {
+            for o in obs {
+                f(o.as_ref());
+            }
+        }
+    }
+
+    #[inline]
+    pub(crate) fn observed(&self) -> bool {
+        self.observers.get().is_some_and(|o| !o.is_empty())
+    }
+
+    /// Reports a data operation of the current construct.
+    pub(crate) fn data_op(&self, op: trace::DataOp, src: usize, src_device: i32, dst: usize, dst_device: i32, bytes: usize) {
+        if !self.observed() {
+            return;
+        }
+        let (target_id, codeptr) = trace::current();
+        let ev = trace::DataOpEvent { target_id, host_op_id: trace::next_id(), op, src, src_device, dst, dst_device, bytes, codeptr };
+        self.observe(|o| o.data_op(&ev));
+    }
+
+    /// Runs a construct between target begin/end events.
+    pub(crate) fn construct<R>(&self, kind: trace::TargetKind, device: i32, f: impl FnOnce() -> R) -> R {
+        if !self.observed() {
+            return f();
+        }
+        let id = trace::next_id();
+        let ra = trace::return_address();
+        let prev = trace::enter_construct(id, ra);
+        self.observe(|o| o.target(kind, true, device, id, ra));
+        let r = f();
+        self.observe(|o| o.target(kind, false, device, id, ra));
+        trace::leave_construct(prev);
+        r
     }
 
     /// `omp_get_num_devices()`.

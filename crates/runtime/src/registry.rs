@@ -183,6 +183,7 @@ impl Runtime {
                 Ok(dev) => {
                     let id = devices.len() as i32;
                     devices.push(Arc::new(crate::DeviceCtx::new(id, plugin, dev, self.config.mm_threshold)));
+                    self.observe(|o| o.device_init(id));
                 }
                 Err(e) => info::error(format_args!("Failed to open device {index} of plugin {}: {e}", p.name())),
             }

@@ -1,1 +1,28 @@
-fn main() {}
+//! `offload-server`: see `offload_server::config::USAGE`, and docs/remote.md.
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.first().map(String::as_str) == Some("--worker") {
+        let devices = args.get(1).and_then(|d| d.parse().ok()).unwrap_or(1);
+        let parent = args.get(2).and_then(|p| p.parse().ok()).unwrap_or(0);
+        std::process::exit(offload_server::worker::main(devices, parent));
+    }
+    let cfg = match offload_server::config::ServerConfig::parse(&args, |k| std::env::var(k).ok()) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("offload-server: {e}");
+            std::process::exit(2);
+        }
+    };
+    let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(4).enable_all().build() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("offload-server: cannot start: {e}");
+            std::process::exit(1);
+        }
+    };
+    if let Err(e) = rt.block_on(offload_server::serve(cfg)) {
+        eprintln!("offload-server: {e}");
+        std::process::exit(1);
+    }
+}

@@ -321,9 +321,7 @@ impl Graph {
                 let edges = r
                     .refs
                     .iter()
-                    .filter_map(|e| {
-                        ids.get(e.to).map(|&to| Edge { to, kind: e.kind, loc: e.loc.clone(), unit: u })
-                    })
+                    .filter_map(|e| ids.get(e.to).map(|&to| Edge { to, kind: e.kind, loc: e.loc.clone(), unit: u }))
                     .collect();
                 g.edges.push(edges);
                 regs.push(id);
@@ -337,10 +335,5 @@ impl Graph {
     /// Where a node is: its definition, else its first declaration.
     pub fn loc(&self, n: usize) -> &Loc {
         self.nodes[n].def.as_ref().map_or(&self.nodes[n].decl, |(_, l)| l)
-    }
-
-    /// Number of edges.
-    pub fn edge_count(&self) -> usize {
-        self.edges.iter().map(Vec::len).sum()
     }
 }

@@ -1,0 +1,553 @@
+//! The gRPC service: sessions, their handles and limits, and relaying to workers.
+
+use crate::config::ServerConfig;
+use crate::proc::{CallError, Worker};
+use crate::{sys, wire};
+use omp_remote_proto::pb::offload_server::Offload;
+use omp_remote_proto::pb::*;
+use omp_remote_proto::PROTOCOL_VERSION;
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::Stream;
+use tonic::{Request, Response, Status, Streaming};
+
+/// Supported image triples (the host plugin's).
+pub const TRIPLES: [&str; 2] = ["x86_64-pc-linux-gnu", "x86_64-unknown-linux-gnu"];
+
+/// A kernel the session resolved.
+struct Kernel {
+    device: u32,
+    addr: u64,
+    name: String,
+}
+
+/// Everything a session owns, checked on every call.
+#[derive(Default)]
+struct Owned {
+    /// Allocation start → size.
+    allocs: BTreeMap<u64, u64>,
+    /// Global start → size, from the images' symbol tables.
+    globals: BTreeMap<u64, u64>,
+    used: u64,
+    /// (device, worker image index) by handle - 1.
+    images: Vec<(u32, u64)>,
+    kernels: Vec<Kernel>,
+}
+
+fn within(map: &BTreeMap<u64, u64>, addr: u64, size: u64) -> bool {
+    let Some(end) = addr.checked_add(size) else { return false };
+    map.range(..=addr).next_back().is_some_and(|(&start, &len)| end <= start + len)
+}
+
+/// One client program's session.
+pub struct Session {
+    pub id: u64,
+    peer: Option<SocketAddr>,
+    worker: Worker,
+    owned: Mutex<Owned>,
+    last_beat: Mutex<Instant>,
+    ended: Mutex<Option<String>>,
+    /// Names of the kernels running now: a worker that dies while one runs names it.
+    running: Mutex<Vec<String>>,
+}
+
+impl Session {
+    /// Fails when `[addr, addr+size)` is not inside this session's memory.
+    fn check_range(&self, addr: u64, size: u64) -> Result<(), Status> {
+        let o = self.owned.lock().unwrap();
+        if within(&o.allocs, addr, size) || within(&o.globals, addr, size) {
+            return Ok(());
+        }
+        Err(Status::invalid_argument(format!("0x{addr:x} (+{size} bytes) is not device memory of this session")))
+    }
+
+    /// Why the session ended when its worker ended `how`.
+    fn death_reason(&self, how: &str) -> String {
+        match self.running.lock().unwrap().first() {
+            Some(name) => format!("kernel '{name}' crashed the device worker ({how})"),
+            None => format!("the device worker {how}"),
+        }
+    }
+
+    fn end(&self, why: &str) {
+        let mut e = self.ended.lock().unwrap();
+        if e.is_none() {
+            *e = Some(why.to_string());
+        }
+    }
+
+    fn map_err(&self, e: CallError, what: &str) -> Status {
+        match e {
+            CallError::Failed(m) => Status::internal(m),
+            CallError::Died(how) => {
+                let why = format!("the device worker {how} during {what}");
+                self.end(&why);
+                Status::aborted(format!("session ended: {why}"))
+            }
+        }
+    }
+}
+
+/// The server: sessions by id.
+pub struct Service {
+    cfg: Arc<ServerConfig>,
+    sessions: Mutex<HashMap<u64, Arc<Session>>>,
+}
+
+type Stream2<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
+
+impl Service {
+    pub fn new(cfg: Arc<ServerConfig>) -> Arc<Self> {
+        Arc::new(Self { cfg, sessions: Mutex::new(HashMap::new()) })
+    }
+
+    fn log(&self, msg: std::fmt::Arguments) {
+        if !self.cfg.quiet {
+            eprintln!("offload-server: {msg}");
+        }
+    }
+
+    /// The live session `id`, if this connection opened it.
+    fn session(&self, id: u64, peer: Option<SocketAddr>) -> Result<Arc<Session>, Status> {
+        let s = self.sessions.lock().unwrap().get(&id).cloned();
+        let s = s.ok_or_else(|| {
+            Status::not_found(format!("no session {id:#x}: it never existed, ended, or its lease expired"))
+        })?;
+        if s.peer != peer {
+            return Err(Status::permission_denied(format!("session {id:#x} belongs to another connection")));
+        }
+        if let Some(why) = s.ended.lock().unwrap().clone() {
+            return Err(Status::aborted(format!("session ended: {why}")));
+        }
+        Ok(s)
+    }
+
+    fn device(&self, d: u32) -> Result<u32, Status> {
+        if (d as usize) < self.cfg.devices {
+            Ok(d)
+        } else {
+            Err(Status::invalid_argument(format!("no device {d} (the server offers {})", self.cfg.devices)))
+        }
+    }
+
+    fn close(&self, id: u64, why: &str) {
+        let Some(s) = self.sessions.lock().unwrap().remove(&id) else { return };
+        let ended = s.ended.lock().unwrap().clone();
+        let why = match ended {
+            Some(e) => format!("{why}; it had ended: {e}"),
+            None => why.to_string(),
+        };
+        s.end(&why);
+        s.worker.stop();
+        let o = s.owned.lock().unwrap();
+        self.log(format_args!(
+            "session {id:#x} closed ({why}): freed {} bytes in {} allocations, {} images; worker {} stopped",
+            o.used,
+            o.allocs.len(),
+            o.images.len(),
+            s.worker.pid
+        ));
+    }
+
+    /// Receives a client stream's first message, or fails.
+    async fn first<T>(stream: &mut Streaming<T>) -> Result<T, Status> {
+        stream.message().await?.ok_or_else(|| Status::invalid_argument("empty request stream"))
+    }
+}
+
+/// Keeps `Arc<Service>` usable as the tonic service.
+pub struct Handler(pub Arc<Service>);
+
+#[tonic::async_trait]
+impl Offload for Handler {
+    async fn hello(&self, req: Request<HelloRequest>) -> Result<Response<HelloReply>, Status> {
+        let r = req.into_inner();
+        if r.inside_worker {
+            return Err(Status::failed_precondition(
+                "remote-to-remote offloading is refused: the client runs inside an offload-server worker",
+            ));
+        }
+        if r.protocol_version != PROTOCOL_VERSION {
+            return Err(Status::failed_precondition(format!(
+                "protocol version {} is not supported (this server speaks {PROTOCOL_VERSION})",
+                r.protocol_version
+            )));
+        }
+        let c = &self.0.cfg;
+        Ok(Response::new(HelloReply {
+            protocol_version: PROTOCOL_VERSION,
+            server: format!("offload-server {}", env!("CARGO_PKG_VERSION")),
+            capabilities: vec!["sessions".into(), "chunked-transfers".into(), "worker-process".into()],
+            triples: TRIPLES.iter().map(|t| t.to_string()).collect(),
+            num_devices: c.devices as u32,
+            pointer_width: usize::BITS,
+            little_endian: cfg!(target_endian = "little"),
+            max_image_bytes: c.max_image_bytes,
+            max_session_memory: c.max_session_memory,
+            max_chunk_bytes: omp_remote_proto::MAX_CHUNK_BYTES,
+            lease_ms: c.lease.as_millis() as u32,
+        }))
+    }
+
+    type SessionStream = Stream2<SessionDown>;
+
+    async fn session(&self, req: Request<Streaming<SessionUp>>) -> Result<Response<Self::SessionStream>, Status> {
+        let svc = self.0.clone();
+        let peer = req.remote_addr();
+        let mut inbound = req.into_inner();
+        let worker = {
+            if svc.sessions.lock().unwrap().len() >= svc.cfg.max_sessions {
+                return Err(Status::resource_exhausted(format!(
+                    "the server is at its limit of {} sessions",
+                    svc.cfg.max_sessions
+                )));
+            }
+            Worker::spawn(&svc.cfg.worker_exe, svc.cfg.devices, &svc.cfg.lib_path)
+                .map_err(|e| Status::unavailable(format!("cannot start a device worker: {e}")))?
+        };
+        let id = loop {
+            let id = sys::random_u64();
+            if id != 0 && !svc.sessions.lock().unwrap().contains_key(&id) {
+                break id;
+            }
+        };
+        let mut death = worker.death.clone();
+        let session = Arc::new(Session {
+            id,
+            peer,
+            worker,
+            owned: Mutex::default(),
+            last_beat: Mutex::new(Instant::now()),
+            ended: Mutex::new(None),
+            running: Mutex::default(),
+        });
+        svc.log(format_args!(
+            "session {id:#x} opened for {} (worker {})",
+            peer.map(|p| p.to_string()).unwrap_or_else(|| "?".into()),
+            session.worker.pid
+        ));
+        svc.sessions.lock().unwrap().insert(id, session.clone());
+        let (tx, rx) = mpsc::channel(4);
+        let lease = svc.cfg.lease;
+        let _ =
+            tx.send(Ok(SessionDown { session: id, lease_ms: lease.as_millis() as u32, ended: String::new() })).await;
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(lease / 4);
+            let mut told = false;
+            let why = loop {
+                tokio::select! {
+                    m = inbound.message() => match m {
+                        Ok(Some(_)) => *session.last_beat.lock().unwrap() = Instant::now(),
+                        Ok(None) => break "client closed the session".to_string(),
+                        Err(e) => break format!("client disconnected ({})", e.message()),
+                    },
+                    _ = tick.tick() => {
+                        if session.last_beat.lock().unwrap().elapsed() > lease {
+                            break format!("lease of {:?} expired", lease);
+                        }
+                    }
+                    _ = death.changed(), if !told => {
+                        told = true;
+                        let how = session.worker.died().unwrap_or_default();
+                        session.end(&session.death_reason(&how));
+                        let why = session.ended.lock().unwrap().clone().unwrap_or_default();
+                        let _ = tx.send(Ok(SessionDown { session: id, lease_ms: 0, ended: why })).await;
+                    }
+                }
+            };
+            let _ = tx.send(Err(Status::aborted(why.clone()))).await;
+            svc.close(id, &why);
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+
+    async fn load_image(&self, req: Request<Streaming<ImageChunk>>) -> Result<Response<LoadImageReply>, Status> {
+        let peer = req.remote_addr();
+        let mut stream = req.into_inner();
+        let first = Service::first(&mut stream).await?;
+        let s = self.0.session(first.session, peer)?;
+        let device = self.0.device(first.device)?;
+        let limit = self.0.cfg.max_image_bytes;
+        if first.total_size > limit {
+            return Err(Status::resource_exhausted(format!(
+                "image of {} bytes exceeds the server's limit of {limit}",
+                first.total_size
+            )));
+        }
+        let mut image = Vec::with_capacity(first.total_size as usize);
+        image.extend_from_slice(&first.data);
+        while let Some(c) = stream.message().await? {
+            if (image.len() + c.data.len()) as u64 > first.total_size {
+                return Err(Status::invalid_argument("image chunks exceed the announced size"));
+            }
+            image.extend_from_slice(&c.data);
+        }
+        if image.len() as u64 != first.total_size {
+            return Err(Status::invalid_argument("image transfer ended early"));
+        }
+        let r = s
+            .worker
+            .call(wire::OP_LOAD, &[&device.to_le_bytes(), &image])
+            .await
+            .map_err(|e| s.map_err(e, "image load"))?;
+        let index = wire::Dec(&r).u64().map_err(|e| Status::internal(e.to_string()))?;
+        let mut o = s.owned.lock().unwrap();
+        o.images.push((device, index));
+        Ok(Response::new(LoadImageReply { image: o.images.len() as u64 }))
+    }
+
+    async fn symbol(&self, req: Request<SymbolRequest>) -> Result<Response<SymbolReply>, Status> {
+        let peer = req.remote_addr();
+        let r = req.into_inner();
+        let s = self.0.session(r.session, peer)?;
+        let device = self.0.device(r.device)?;
+        let index = {
+            let o = s.owned.lock().unwrap();
+            match r.image.checked_sub(1).and_then(|i| o.images.get(i as usize)) {
+                Some(&(d, index)) if d == device => index,
+                _ => return Err(Status::not_found(format!("no image {} on device {device} in this session", r.image))),
+            }
+        };
+        let payload = wire::Enc::default().u32(device).u64(index).u8(u8::from(r.kernel)).bytes(r.name.as_bytes()).0;
+        let reply = s.worker.call(wire::OP_SYMBOL, &[&payload]).await.map_err(|e| match e {
+            CallError::Failed(m) => Status::not_found(m),
+            e => s.map_err(e, "symbol lookup"),
+        })?;
+        let mut d = wire::Dec(&reply);
+        let (addr, size) = (d.u64().unwrap_or(0), d.u64().unwrap_or(0));
+        let mut o = s.owned.lock().unwrap();
+        if r.kernel {
+            o.kernels.push(Kernel { device, addr, name: r.name });
+            Ok(Response::new(SymbolReply { value: o.kernels.len() as u64, size: 0 }))
+        } else {
+            let e = o.globals.entry(addr).or_insert(0);
+            *e = (*e).max(size);
+            Ok(Response::new(SymbolReply { value: addr, size }))
+        }
+    }
+
+    async fn alloc(&self, req: Request<AllocRequest>) -> Result<Response<AllocReply>, Status> {
+        let peer = req.remote_addr();
+        let r = req.into_inner();
+        let s = self.0.session(r.session, peer)?;
+        let device = self.0.device(r.device)?;
+        if r.size == 0 {
+            return Err(Status::invalid_argument("zero-size allocation"));
+        }
+        {
+            let mut o = s.owned.lock().unwrap();
+            let limit = self.0.cfg.max_session_memory;
+            if o.used.saturating_add(r.size) > limit {
+                return Err(Status::resource_exhausted(format!(
+                    "allocating {} bytes would exceed the session's limit of {limit} bytes ({} in use)",
+                    r.size, o.used
+                )));
+            }
+            o.used += r.size; // reserved now, so concurrent allocations respect the limit
+        }
+        let reply = s.worker.call(wire::OP_ALLOC, &[&wire::Enc::default().u32(device).u64(r.size).0]).await;
+        let mut o = s.owned.lock().unwrap();
+        let addr = match reply.map(|b| wire::Dec(&b).u64()) {
+            Ok(Ok(a)) => a,
+            Ok(Err(e)) => {
+                o.used -= r.size;
+                return Err(Status::internal(e.to_string()));
+            }
+            Err(e) => {
+                o.used -= r.size;
+                drop(o);
+                return Err(match e {
+                    CallError::Failed(m) => Status::resource_exhausted(m),
+                    e => s.map_err(e, "allocation"),
+                });
+            }
+        };
+        o.allocs.insert(addr, r.size);
+        Ok(Response::new(AllocReply { addr }))
+    }
+
+    async fn free(&self, req: Request<FreeRequest>) -> Result<Response<Empty>, Status> {
+        let peer = req.remote_addr();
+        let r = req.into_inner();
+        let s = self.0.session(r.session, peer)?;
+        let device = self.0.device(r.device)?;
+        let size = s
+            .owned
+            .lock()
+            .unwrap()
+            .allocs
+            .remove(&r.addr)
+            .ok_or_else(|| Status::not_found(format!("0x{:x} is not an allocation of this session", r.addr)))?;
+        s.owned.lock().unwrap().used -= size;
+        s.worker
+            .call(wire::OP_FREE, &[&wire::Enc::default().u32(device).u64(r.addr).0])
+            .await
+            .map_err(|e| s.map_err(e, "free"))?;
+        Ok(Response::new(Empty {}))
+    }
+
+    async fn submit(&self, req: Request<Streaming<SubmitChunk>>) -> Result<Response<Empty>, Status> {
+        let peer = req.remote_addr();
+        let mut stream = req.into_inner();
+        let first = Service::first(&mut stream).await?;
+        let s = self.0.session(first.session, peer)?;
+        self.0.device(first.device)?;
+        let (addr, total) = (first.addr, first.total_size);
+        s.check_range(addr, total)?;
+        let mut received = 0u64;
+        let mut chunk = Some(first);
+        while let Some(c) = chunk {
+            let len = c.data.len() as u64;
+            if c.offset.checked_add(len).is_none_or(|end| end > total) {
+                return Err(Status::invalid_argument("chunk outside the announced transfer"));
+            }
+            s.worker.write(addr + c.offset, &c.data).await.map_err(|e| s.map_err(e, "a host-to-device copy"))?;
+            received += len;
+            chunk = stream.message().await?;
+        }
+        if received != total {
+            return Err(Status::invalid_argument(format!("transfer ended after {received} of {total} bytes")));
+        }
+        Ok(Response::new(Empty {}))
+    }
+
+    type RetrieveStream = Stream2<DataChunk>;
+
+    async fn retrieve(&self, req: Request<RetrieveRequest>) -> Result<Response<Self::RetrieveStream>, Status> {
+        let peer = req.remote_addr();
+        let r = req.into_inner();
+        let s = self.0.session(r.session, peer)?;
+        self.0.device(r.device)?;
+        s.check_range(r.addr, r.size)?;
+        let chunk = u64::from(r.chunk.clamp(4096, omp_remote_proto::MAX_CHUNK_BYTES));
+        let (tx, rx) = mpsc::channel(4);
+        tokio::spawn(async move {
+            let mut off = 0u64;
+            while off < r.size {
+                let n = chunk.min(r.size - off);
+                let item = match s.worker.read(r.addr + off, n as usize).await {
+                    Ok(data) => Ok(DataChunk { offset: off, data: data.into() }),
+                    Err(e) => Err(s.map_err(e, "a device-to-host copy")),
+                };
+                let failed = item.is_err();
+                if tx.send(item).await.is_err() || failed {
+                    return;
+                }
+                off += n;
+            }
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+
+    async fn copy_within(&self, req: Request<CopyWithinRequest>) -> Result<Response<Empty>, Status> {
+        let peer = req.remote_addr();
+        let r = req.into_inner();
+        let s = self.0.session(r.session, peer)?;
+        self.0.device(r.device)?;
+        s.check_range(r.src, r.size)?;
+        s.check_range(r.dst, r.size)?;
+        let p = wire::Enc::default().u64(r.dst).u64(r.src).u64(r.size).0;
+        s.worker.call(wire::OP_COPY, &[&p]).await.map_err(|e| s.map_err(e, "a device-to-device copy"))?;
+        Ok(Response::new(Empty {}))
+    }
+
+    async fn launch(&self, req: Request<LaunchRequest>) -> Result<Response<Empty>, Status> {
+        let peer = req.remote_addr();
+        let r = req.into_inner();
+        let s = self.0.session(r.session, peer)?;
+        let device = self.0.device(r.device)?;
+        let (addr, name) = {
+            let o = s.owned.lock().unwrap();
+            match r.kernel.checked_sub(1).and_then(|i| o.kernels.get(i as usize)) {
+                Some(k) if k.device == device => (k.addr, k.name.clone()),
+                _ => {
+                    return Err(Status::not_found(format!("no kernel {} on device {device} in this session", r.kernel)))
+                }
+            }
+        };
+        let mut p = wire::Enc::default()
+            .u32(device)
+            .u64(addr)
+            .u8(u8::from(r.with_dyn_ptr))
+            .u32(r.num_teams)
+            .u32(r.thread_limit)
+            .u32(r.args.len() as u32);
+        for a in &r.args {
+            p = p.u64(*a);
+        }
+        s.running.lock().unwrap().push(name.clone());
+        let r = s.worker.call(wire::OP_LAUNCH, &[&p.0]).await;
+        let r = r.map_err(|e| match e {
+            CallError::Failed(m) => Status::internal(m),
+            CallError::Died(how) => {
+                s.end(&s.death_reason(&how));
+                let why = s.ended.lock().unwrap().clone().unwrap_or_default();
+                Status::aborted(format!("session ended: {why}"))
+            }
+        });
+        let mut running = s.running.lock().unwrap();
+        if let Some(i) = running.iter().position(|n| *n == name) {
+            running.remove(i);
+        }
+        drop(running);
+        r?;
+        Ok(Response::new(Empty {}))
+    }
+
+    async fn ping(&self, _req: Request<Empty>) -> Result<Response<Empty>, Status> {
+        Ok(Response::new(Empty {}))
+    }
+}
+
+/// Checks the client's token (constant time in the token's length).
+pub fn check_token(expected: Option<&str>, req: &Request<()>) -> Result<(), Status> {
+    let Some(expected) = expected else { return Ok(()) };
+    let given = req.metadata().get(omp_remote_proto::AUTH_HEADER).and_then(|v| v.to_str().ok()).unwrap_or("");
+    let Some(given) = given.strip_prefix("Bearer ") else {
+        return Err(Status::unauthenticated(
+            "this server requires a token (LIBOMPTARGET_RPC_TOKEN or LIBOMPTARGET_RPC_TOKEN_FILE)",
+        ));
+    };
+    let (a, b) = (given.as_bytes(), expected.as_bytes());
+    let diff = a.iter().zip(b).fold(a.len() ^ b.len(), |d, (x, y)| d | usize::from(x ^ y));
+    if diff != 0 {
+        return Err(Status::unauthenticated("wrong token"));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_must_lie_inside_one_region() {
+        let mut m = BTreeMap::new();
+        m.insert(0x1000, 0x100);
+        m.insert(0x2000, 0x10);
+        assert!(within(&m, 0x1000, 0x100));
+        assert!(within(&m, 0x10ff, 1));
+        assert!(!within(&m, 0x10ff, 2));
+        assert!(!within(&m, 0xfff, 1));
+        assert!(!within(&m, 0x1800, 1));
+        assert!(!within(&m, u64::MAX, 2));
+        assert!(within(&m, 0x2008, 8));
+    }
+
+    #[test]
+    fn tokens() {
+        let mut r = Request::new(());
+        assert!(check_token(None, &r).is_ok());
+        assert_eq!(check_token(Some("abc"), &r).unwrap_err().code(), tonic::Code::Unauthenticated);
+        r.metadata_mut().insert("authorization", "Bearer abd".parse().unwrap());
+        assert!(check_token(Some("abc"), &r).is_err());
+        r.metadata_mut().insert("authorization", "Bearer abc".parse().unwrap());
+        assert!(check_token(Some("abc"), &r).is_ok());
+        assert!(check_token(Some("abcd"), &r).is_err());
+    }
+}

@@ -1,0 +1,226 @@
+//! The device worker: one process per session. It hosts the local plugin's devices and
+//! executes what the server relays; its heap is the session's device memory, so a kernel
+//! that dereferences a pointer nobody mapped faults here, not in the server.
+//!
+//! Requests arrive on stdin and responses leave on the original stdout; the worker's own
+//! fd 1 is pointed at stderr first, so kernels' `printf` cannot corrupt the framing.
+//! Launches run on exec threads; everything else is answered by the reading thread, so a
+//! long kernel never holds up allocations or copies.
+
+use crate::wire::{self, Dec, Enc, Frame};
+use omp_plugin::{host_memory, AllocKind, Device, ImageId, KernelId, LaunchConfig, Plugin};
+use std::ffi::CString;
+use std::fs::File;
+use std::io::{BufReader, BufWriter};
+use std::os::fd::FromRawFd;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+
+type Out = Arc<Mutex<BufWriter<File>>>;
+
+/// Runs the worker until the server closes the pipe. `devices` host devices are opened.
+pub fn main(devices: usize, parent: i32) -> i32 {
+    if let Err(e) = die_with_parent(parent) {
+        eprintln!("offload-server worker: {e}");
+        return 1;
+    }
+    let out = match private_stdout() {
+        Ok(f) => Arc::new(Mutex::new(BufWriter::with_capacity(1 << 16, f))),
+        Err(e) => {
+            eprintln!("offload-server worker: cannot set up its pipe: {e}");
+            return 1;
+        }
+    };
+    let plugin = omp_plugin_host::HostPlugin;
+    let devs: Vec<Arc<dyn Device>> = match (0..devices).map(|i| plugin.open_device(i).map(Arc::from)).collect() {
+        Ok(d) => d,
+        Err(e) => {
+            eprintln!("offload-server worker: {e}");
+            return 1;
+        }
+    };
+    let exec = ExecPool::new(devs.clone(), out.clone());
+    let mut input = BufReader::with_capacity(1 << 20, std::io::stdin().lock());
+    loop {
+        let frame = match wire::read_frame(&mut input) {
+            Ok(Some(f)) => f,
+            Ok(None) => return 0,
+            Err(e) => {
+                eprintln!("offload-server worker: {e}");
+                return 1;
+            }
+        };
+        if frame.tag == wire::OP_LAUNCH {
+            exec.submit(frame);
+            continue;
+        }
+        let result = handle(&devs, frame.tag, &frame.payload).map_err(|e| e.to_string());
+        reply(&out, frame.id, result);
+    }
+}
+
+fn reply(out: &Out, id: u64, result: Result<Vec<u8>, String>) {
+    let mut w = out.lock().unwrap_or_else(|p| p.into_inner());
+    let r = match result {
+        Ok(p) => wire::write_frame(&mut *w, id, wire::STATUS_OK, &[&p]),
+        Err(e) => wire::write_frame(&mut *w, id, wire::STATUS_ERR, &[e.as_bytes()]),
+    };
+    if r.is_err() {
+        // The server is gone: nothing left to serve.
+        std::process::exit(0);
+    }
+}
+
+fn device(devs: &[Arc<dyn Device>], index: u32) -> Result<&Arc<dyn Device>, String> {
+    devs.get(index as usize).ok_or_else(|| format!("no device {index}"))
+}
+
+fn handle(devs: &[Arc<dyn Device>], op: u8, payload: &[u8]) -> Result<Vec<u8>, Box<dyn std::error::Error>> {
+    let mut d = Dec(payload);
+    Ok(match op {
+        wire::OP_LOAD => {
+            let dev = device(devs, d.u32()?)?;
+            let image = dev.load_image(d.rest())?;
+            Enc::default().u64(image.0 as u64).0
+        }
+        wire::OP_SYMBOL => {
+            let dev = device(devs, d.u32()?)?;
+            let image = ImageId(d.u64()? as usize);
+            let kernel = d.u8()? != 0;
+            let name = CString::new(d.rest())?;
+            if kernel {
+                Enc::default().u64(dev.kernel(image, &name)?.0 as u64).u64(0).0
+            } else {
+                let addr = dev.global(image, &name)?;
+                Enc::default().u64(addr as u64).u64(symbol_size(addr) as u64).0
+            }
+        }
+        wire::OP_ALLOC => {
+            let dev = device(devs, d.u32()?)?;
+            let size = usize::try_from(d.u64()?)?;
+            Enc::default().u64(dev.alloc(size, AllocKind::Device)? as u64).0
+        }
+        wire::OP_FREE => {
+            let dev = device(devs, d.u32()?)?;
+            dev.free(d.u64()? as usize, AllocKind::Device)?;
+            Vec::new()
+        }
+        // The server checked these ranges against the session's allocations and globals.
+        wire::OP_WRITE => {
+            let addr = d.u64()? as usize;
+            let data = d.rest();
+            host_memory::copy(addr, data.as_ptr() as usize, data.len());
+            Vec::new()
+        }
+        wire::OP_READ => {
+            let addr = d.u64()? as usize;
+            let len = usize::try_from(d.u64()?)?;
+            let mut buf = vec![0u8; len];
+            host_memory::copy(buf.as_mut_ptr() as usize, addr, len);
+            buf
+        }
+        wire::OP_COPY => {
+            let (dst, src, len) = (d.u64()? as usize, d.u64()? as usize, usize::try_from(d.u64()?)?);
+            host_memory::copy(dst, src, len);
+            Vec::new()
+        }
+        _ => return Err(format!("unknown worker op {op}").into()),
+    })
+}
+
+/// Launch threads: one more is started whenever all are busy, so concurrent launches from
+/// the program's threads run concurrently, as on the local host device.
+struct ExecPool {
+    tx: mpsc::Sender<Frame>,
+    rx: Arc<Mutex<mpsc::Receiver<Frame>>>,
+    idle: Arc<AtomicUsize>,
+    devs: Vec<Arc<dyn Device>>,
+    out: Out,
+}
+
+impl ExecPool {
+    fn new(devs: Vec<Arc<dyn Device>>, out: Out) -> Self {
+        let (tx, rx) = mpsc::channel();
+        Self { tx, rx: Arc::new(Mutex::new(rx)), idle: Arc::new(AtomicUsize::new(0)), devs, out }
+    }
+
+    fn submit(&self, frame: Frame) {
+        if self.idle.load(Ordering::Acquire) == 0 {
+            self.spawn();
+        }
+        let _ = self.tx.send(frame);
+    }
+
+    fn spawn(&self) {
+        let (rx, idle, devs, out) = (self.rx.clone(), self.idle.clone(), self.devs.clone(), self.out.clone());
+        idle.fetch_add(1, Ordering::AcqRel);
+        std::thread::spawn(move || loop {
+            let frame = match rx.lock().unwrap_or_else(|p| p.into_inner()).recv() {
+                Ok(f) => f,
+                Err(_) => return,
+            };
+            idle.fetch_sub(1, Ordering::AcqRel);
+            let result = launch(&devs, &frame.payload).map_err(|e| e.to_string());
+            reply(&out, frame.id, result);
+            idle.fetch_add(1, Ordering::AcqRel);
+        });
+    }
+}
+
+fn launch(devs: &[Arc<dyn Device>], payload: &[u8]) -> Result<Vec<u8>, Box<dyn std::error::Error>> {
+    let mut d = Dec(payload);
+    let dev = device(devs, d.u32()?)?;
+    let kernel = KernelId(d.u64()? as usize);
+    let with_dyn_ptr = d.u8()? != 0;
+    let (num_teams, thread_limit) = (d.u32()?, d.u32()?);
+    let n = d.u32()? as usize;
+    let args = (0..n).map(|_| d.u64().map(|v| v as usize)).collect::<Result<Vec<_>, _>>()?;
+    dev.launch(kernel, &args, &LaunchConfig { num_teams, thread_limit, with_dyn_ptr })?;
+    Ok(Vec::new())
+}
+
+/// The size of the dynamic symbol at `addr` (0 when the loader does not know it).
+fn symbol_size(addr: usize) -> usize {
+    const RTLD_DL_SYMENT: libc::c_int = 1;
+    // SAFETY: Dl_info is plain data; zeroed is a valid value for it.
+    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
+    let mut sym: *mut libc::c_void = std::ptr::null_mut();
+    // SAFETY: dladdr1 only reads loader tables; `info` and `sym` are valid out-pointers.
+    let ok = unsafe { libc::dladdr1(addr as *const libc::c_void, &mut info, &mut sym, RTLD_DL_SYMENT) };
+    if ok == 0 || sym.is_null() {
+        return 0;
+    }
+    // SAFETY: with RTLD_DL_SYMENT, a non-null `sym` points at the symbol's Elf64_Sym in the
+    // loaded object's dynamic symbol table, which stays mapped (images are never unloaded).
+    let sym = unsafe { &*(sym as *const libc::Elf64_Sym) };
+    sym.st_size as usize
+}
+
+/// Ends the worker with its server (SIGKILL on the parent's death).
+fn die_with_parent(parent: i32) -> Result<(), String> {
+    // SAFETY: prctl(PR_SET_PDEATHSIG) takes a signal number and changes only this process.
+    if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) } != 0 {
+        return Err(format!("prctl failed: {}", std::io::Error::last_os_error()));
+    }
+    // SAFETY: getppid has no preconditions.
+    if unsafe { libc::getppid() } != parent {
+        return Err("the server exited before the worker started".into());
+    }
+    Ok(())
+}
+
+/// Moves the response pipe (fd 1) to a fresh descriptor and points fd 1 at stderr.
+fn private_stdout() -> std::io::Result<File> {
+    // SAFETY: dup/dup2 on the process's own standard descriptors; results are checked.
+    let fd = unsafe { libc::fcntl(1, libc::F_DUPFD_CLOEXEC, 3) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: as above; fd 2 is open (inherited from the server).
+    if unsafe { libc::dup2(2, 1) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a fresh descriptor that nothing else owns.
+    Ok(unsafe { File::from_raw_fd(fd) })
+}

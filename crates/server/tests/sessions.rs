@@ -1,0 +1,209 @@
+//! The server at the protocol level: sessions own their handles, limits hold, tokens and
+//! versions are checked, leases expire. Each test starts `offload-server` on 127.0.0.1 with
+//! an ephemeral port.
+
+use omp_remote_proto::pb::offload_client::OffloadClient;
+use omp_remote_proto::pb::*;
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::Channel;
+use tonic::Code;
+
+const TOKEN: &str = "s3cret-token";
+
+struct Server {
+    child: Child,
+    url: String,
+}
+
+impl Server {
+    fn start(args: &[&str]) -> Server {
+        let mut child = Command::new(env!("CARGO_BIN_EXE_offload-server"))
+            .args(["--listen", "127.0.0.1:0", "--quiet"])
+            .args(args)
+            .env("OFFLOAD_SERVER_TOKEN", TOKEN)
+            .stdout(Stdio::piped())
+            .spawn()
+            .expect("start offload-server");
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+        let addr = line.trim().strip_prefix("offload-server listening on ").expect("address line").to_string();
+        Server { child, url: format!("http://{addr}") }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+type Client = OffloadClient<tonic::service::interceptor::InterceptedService<Channel, Token>>;
+
+#[derive(Clone)]
+struct Token(Option<&'static str>);
+
+impl tonic::service::Interceptor for Token {
+    fn call(&mut self, mut r: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(t) = self.0 {
+            r.metadata_mut().insert("authorization", format!("Bearer {t}").parse().unwrap());
+        }
+        Ok(r)
+    }
+}
+
+/// A new connection (each has its own sessions).
+async fn connect(s: &Server, token: Option<&'static str>) -> Client {
+    let ch = Channel::from_shared(s.url.clone()).unwrap().connect().await.expect("connect");
+    OffloadClient::with_interceptor(ch, Token(token))
+}
+
+/// Opens a session; the returned sender keeps it alive (heartbeats are up to the caller).
+async fn open(c: &mut Client) -> (u64, mpsc::Sender<SessionUp>, tonic::Streaming<SessionDown>) {
+    let (tx, rx) = mpsc::channel(4);
+    tx.send(SessionUp { heartbeat: 0 }).await.unwrap();
+    let mut down = c.session(ReceiverStream::new(rx)).await.expect("session").into_inner();
+    let first = down.message().await.unwrap().unwrap();
+    assert_ne!(first.session, 0);
+    (first.session, tx, down)
+}
+
+fn hello(version: u32, inside_worker: bool) -> HelloRequest {
+    HelloRequest { protocol_version: version, client: "test".into(), inside_worker }
+}
+
+#[tokio::test]
+async fn handles_belong_to_their_session() {
+    let s = Server::start(&[]);
+    let mut a = connect(&s, Some(TOKEN)).await;
+    let mut b = connect(&s, Some(TOKEN)).await;
+    let (sa, _ka, _) = open(&mut a).await;
+    let (sb, _kb, _) = open(&mut b).await;
+    let addr = a.alloc(AllocRequest { session: sa, device: 0, size: 4096, kind: 0 }).await.unwrap().into_inner().addr;
+
+    // A's session id from B's connection.
+    let e = b.alloc(AllocRequest { session: sa, device: 0, size: 16, kind: 0 }).await.unwrap_err();
+    assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+    // A's device address inside B's session.
+    let chunk = SubmitChunk { session: sb, device: 0, addr, total_size: 8, offset: 0, data: vec![1u8; 8].into() };
+    let e = b.submit(tokio_stream::iter(vec![chunk])).await.unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+    assert!(e.message().contains("not device memory of this session"), "{e:?}");
+    let e = b.free(FreeRequest { session: sb, device: 0, addr }).await.unwrap_err();
+    assert_eq!(e.code(), Code::NotFound, "{e:?}");
+    let e = b.retrieve(RetrieveRequest { session: sb, device: 0, addr, size: 8, chunk: 4096 }).await.unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+    // Kernel and image handles are per session too (and B has none).
+    let e = b.launch(LaunchRequest { session: sb, device: 0, kernel: 1, ..Default::default() }).await.unwrap_err();
+    assert_eq!(e.code(), Code::NotFound, "{e:?}");
+    let e =
+        b.symbol(SymbolRequest { session: sb, device: 0, image: 1, name: "x".into(), kernel: true }).await.unwrap_err();
+    assert_eq!(e.code(), Code::NotFound, "{e:?}");
+    // A guessed session id.
+    let e = a.alloc(AllocRequest { session: sa ^ 1, device: 0, size: 16, kind: 0 }).await.unwrap_err();
+    assert_eq!(e.code(), Code::NotFound, "{e:?}");
+
+    // A's own memory works, in chunks, with bounds checked.
+    let data: Vec<u8> = (0..4096u32).map(|i| (i * 7) as u8).collect();
+    let chunks: Vec<SubmitChunk> = data
+        .chunks(1000)
+        .enumerate()
+        .map(|(i, d)| SubmitChunk {
+            session: sa,
+            device: 0,
+            addr,
+            total_size: 4096,
+            offset: i as u64 * 1000,
+            data: d.to_vec().into(),
+        })
+        .collect();
+    a.submit(tokio_stream::iter(chunks)).await.unwrap();
+    let mut back = vec![0u8; 4096];
+    let mut st = a
+        .retrieve(RetrieveRequest { session: sa, device: 0, addr, size: 4096, chunk: 4096 })
+        .await
+        .unwrap()
+        .into_inner();
+    while let Some(c) = st.message().await.unwrap() {
+        back[c.offset as usize..c.offset as usize + c.data.len()].copy_from_slice(&c.data);
+    }
+    assert_eq!(back, data);
+    let over =
+        SubmitChunk { session: sa, device: 0, addr: addr + 4090, total_size: 8, offset: 0, data: vec![0u8; 8].into() };
+    assert_eq!(a.submit(tokio_stream::iter(vec![over])).await.unwrap_err().code(), Code::InvalidArgument);
+    let e = a.alloc(AllocRequest { session: sa, device: 9, size: 16, kind: 0 }).await.unwrap_err();
+    assert_eq!(e.code(), Code::InvalidArgument, "{e:?}");
+    a.free(FreeRequest { session: sa, device: 0, addr }).await.unwrap();
+    assert_eq!(a.free(FreeRequest { session: sa, device: 0, addr }).await.unwrap_err().code(), Code::NotFound);
+}
+
+#[tokio::test]
+async fn limits_on_memory_images_and_sessions() {
+    let s = Server::start(&["--max-session-memory", "1M", "--max-image-size", "64K", "--max-sessions", "2"]);
+    let mut c = connect(&s, Some(TOKEN)).await;
+    let (id, _k, _) = open(&mut c).await;
+    let e = c.alloc(AllocRequest { session: id, device: 0, size: 2 << 20, kind: 0 }).await.unwrap_err();
+    assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+    let p = c.alloc(AllocRequest { session: id, device: 0, size: 600 << 10, kind: 0 }).await.unwrap().into_inner().addr;
+    let e = c.alloc(AllocRequest { session: id, device: 0, size: 600 << 10, kind: 0 }).await.unwrap_err();
+    assert_eq!(e.code(), Code::ResourceExhausted, "the quota counts live allocations: {e:?}");
+    c.free(FreeRequest { session: id, device: 0, addr: p }).await.unwrap();
+    c.alloc(AllocRequest { session: id, device: 0, size: 600 << 10, kind: 0 })
+        .await
+        .expect("freed memory is available again");
+    let img = ImageChunk { session: id, device: 0, total_size: 100 << 10, data: vec![0u8; 1024].into() };
+    let e = c.load_image(tokio_stream::iter(vec![img])).await.unwrap_err();
+    assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+    let img = ImageChunk { session: id, device: 0, total_size: 4, data: b"junk".to_vec().into() };
+    let e = c.load_image(tokio_stream::iter(vec![img])).await.unwrap_err();
+    assert!(e.message().contains("malformed"), "a bad image is an error, not a crash: {e:?}");
+    let (_id2, _k2, _) = open(&mut c).await;
+    let (tx, rx) = mpsc::channel(1);
+    tx.send(SessionUp { heartbeat: 0 }).await.unwrap();
+    let Err(e) = c.session(ReceiverStream::new(rx)).await else { panic!("a third session is refused") };
+    assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}");
+}
+
+#[tokio::test]
+async fn tokens_and_versions_are_checked() {
+    let s = Server::start(&[]);
+    let e = connect(&s, None).await.hello(hello(1, false)).await.unwrap_err();
+    assert_eq!(e.code(), Code::Unauthenticated, "{e:?}");
+    let e = connect(&s, Some("guess")).await.hello(hello(1, false)).await.unwrap_err();
+    assert_eq!(e.code(), Code::Unauthenticated, "{e:?}");
+    let mut c = connect(&s, Some(TOKEN)).await;
+    let h = c.hello(hello(1, false)).await.unwrap().into_inner();
+    assert_eq!((h.protocol_version, h.num_devices, h.pointer_width), (1, 4, 64));
+    assert!(h.triples.iter().any(|t| t == "x86_64-pc-linux-gnu"), "{h:?}");
+    let e = c.hello(hello(99, false)).await.unwrap_err();
+    assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
+    let e = c.hello(hello(1, true)).await.unwrap_err();
+    assert!(e.message().contains("remote-to-remote"), "{e:?}");
+    // Every call needs the token, not just Hello.
+    let e = connect(&s, None).await.alloc(AllocRequest { session: 1, device: 0, size: 8, kind: 0 }).await.unwrap_err();
+    assert_eq!(e.code(), Code::Unauthenticated, "{e:?}");
+}
+
+#[tokio::test]
+async fn a_silent_session_expires_with_its_lease() {
+    let s = Server::start(&["--lease", "0.5"]);
+    let mut c = connect(&s, Some(TOKEN)).await;
+    let (id, _keep_open_but_silent, mut down) = open(&mut c).await;
+    c.alloc(AllocRequest { session: id, device: 0, size: 64, kind: 0 }).await.unwrap();
+    let end = tokio::time::timeout(Duration::from_secs(10), down.message()).await.expect("the server ends the session");
+    let e = end.unwrap_err();
+    assert!(e.message().contains("lease"), "{e:?}");
+    let e = c.alloc(AllocRequest { session: id, device: 0, size: 64, kind: 0 }).await.unwrap_err();
+    assert_eq!(e.code(), Code::NotFound, "{e:?}");
+    // A session that keeps beating lives on.
+    let (id, tx, _down) = open(&mut c).await;
+    for n in 1..=8 {
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        tx.send(SessionUp { heartbeat: n }).await.unwrap();
+    }
+    c.alloc(AllocRequest { session: id, device: 0, size: 64, kind: 0 }).await.expect("heartbeats renew the lease");
+}
