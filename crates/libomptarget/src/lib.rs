@@ -25,14 +25,24 @@ pub(crate) fn rt() -> &'static Runtime {
         let mut plugins: Vec<Box<dyn omp_plugin::Plugin>> = vec![Box::new(omp_plugin_host::HostPlugin)];
         // Each server in LIBOMPTARGET_RPC_ADDRESS: its devices come after the local ones.
         #[cfg(feature = "remote")]
-        plugins.extend(omp_plugin_remote::plugins_from_env().into_iter().map(|p| Box::new(p) as Box<dyn omp_plugin::Plugin>));
+        plugins.extend(
+            omp_plugin_remote::plugins_from_env().into_iter().map(|p| Box::new(p) as Box<dyn omp_plugin::Plugin>),
+        );
         Runtime::new(config, Box::new(host::Libomp::load()), plugins)
     });
     // Connecting to an OMPT tool goes through libomp, which may call back into us (for
     // `omp_get_num_devices`): do it after the runtime exists, once.
     static CONNECT: std::sync::Once = std::sync::Once::new();
     if !CONNECT.is_completed() && !CONNECTING.with(|c| c.replace(true)) {
-        CONNECT.call_once(|| rt.set_observers(ompt::connect().into_iter().collect()));
+        CONNECT.call_once(|| {
+            rt.set_observers(ompt::connect().into_iter().collect());
+            if rt.profiling() {
+                // Registered after the program's own unregistration handler, so it runs
+                // after it: the profile then holds everything.
+                // SAFETY: atexit takes a plain `extern "C" fn()`.
+                unsafe { libc::atexit(finish_profile) };
+            }
+        });
         CONNECTING.with(|c| c.set(false));
     }
     rt
@@ -57,4 +67,8 @@ pub(crate) fn guard<R>(name: &str, fallback: R, f: impl FnOnce() -> R) -> R {
             fallback
         }
     }
+}
+
+extern "C" fn finish_profile() {
+    guard("LIBOMPTARGET_PROFILE", (), || rt().finish());
 }

@@ -77,9 +77,8 @@ pub fn connect() -> Option<Box<dyn Observer>> {
     // SAFETY: libomp exports `void ompt_libomp_connect(ompt_start_tool_result_t *)`.
     let connect = unsafe { std::mem::transmute::<*mut c_void, Connect>(sym) };
     static RESULT: OnceLock<usize> = OnceLock::new();
-    let result = *RESULT.get_or_init(|| {
-        Box::into_raw(Box::new(StartToolResult { initialize, finalize, tool_data: 0 })) as usize
-    });
+    let result = *RESULT
+        .get_or_init(|| Box::into_raw(Box::new(StartToolResult { initialize, finalize, tool_data: 0 })) as usize);
     // SAFETY: libomp keeps the pointer to call `finalize`; the box is never freed.
     unsafe { connect(result as *mut StartToolResult) };
     let cbs = CALLBACKS.get()?;
@@ -99,7 +98,15 @@ impl Observer for OmptObserver {
         type F = unsafe extern "C" fn(i32, *const c_char, *mut c_void, *const c_void, *const c_char);
         if cbs().device_init != 0 {
             // SAFETY: registered for ompt_callback_device_initialize, whose type is F.
-            unsafe { std::mem::transmute::<usize, F>(cbs().device_init)(device, c"x86_64".as_ptr(), std::ptr::null_mut(), std::ptr::null(), std::ptr::null()) };
+            unsafe {
+                std::mem::transmute::<usize, F>(cbs().device_init)(
+                    device,
+                    c"x86_64".as_ptr(),
+                    std::ptr::null_mut(),
+                    std::ptr::null(),
+                    std::ptr::null(),
+                )
+            };
         }
     }
 
@@ -127,7 +134,16 @@ impl Observer for OmptObserver {
         if cbs().target != 0 {
             let endpoint = if begin { 1 } else { 2 };
             // SAFETY: registered for ompt_callback_target, whose type is F.
-            unsafe { std::mem::transmute::<usize, F>(cbs().target)(kind as i32, endpoint, device, std::ptr::null_mut(), target_id, codeptr as *const c_void) };
+            unsafe {
+                std::mem::transmute::<usize, F>(cbs().target)(
+                    kind as i32,
+                    endpoint,
+                    device,
+                    std::ptr::null_mut(),
+                    target_id,
+                    codeptr as *const c_void,
+                )
+            };
         }
     }
 

@@ -43,7 +43,7 @@ impl Runtime {
         match self.api_device(device, call) {
             None => 0,
             Some(ApiDevice::Host) => host_memory::malloc(size),
-            Some(ApiDevice::Offload(d)) => d.alloc(size, kind).unwrap_or_else(|e| {
+            Some(ApiDevice::Offload(d)) => d.alloc_direct(size, kind).unwrap_or_else(|e| {
                 info::error(format_args!("{call}: allocating {size} bytes on device {device} failed: {e}"));
                 0
             }),
@@ -58,7 +58,7 @@ impl Runtime {
             None => {}
             Some(ApiDevice::Host) => host_memory::free(ptr),
             Some(ApiDevice::Offload(d)) => {
-                if let Err(e) = d.free(ptr, kind) {
+                if let Err(e) = d.dev.free(ptr, kind) {
                     info::error(format_args!("{call}: Failed to deallocate device ptr 0x{ptr:016x}: {e}"));
                 }
             }

@@ -23,11 +23,22 @@ pub struct Config {
     pub attach_always: bool,
     /// `LIBOMPTARGET_MEMORY_MANAGER_THRESHOLD`; 0 disables the memory manager.
     pub mm_threshold: usize,
+    /// `LIBOMPTARGET_PROFILE`: where to write the Chrome trace.
+    pub profile: Option<String>,
+    /// `LIBOMPTARGET_PROFILE_SUMMARY`: print per-kernel and per-direction totals at exit.
+    pub profile_summary: bool,
 }
 
 impl Default for Config {
     fn default() -> Self {
-        Self { info: AtomicU32::new(0), debug: 0, attach_always: false, mm_threshold: 8192 }
+        Self {
+            info: AtomicU32::new(0),
+            debug: 0,
+            attach_always: false,
+            mm_threshold: 8192,
+            profile: None,
+            profile_summary: false,
+        }
     }
 }
 
@@ -75,6 +86,8 @@ impl Config {
         if let Some(v) = int_var("LIBOMPTARGET_MEMORY_MANAGER_THRESHOLD") {
             c.mm_threshold = v.max(0) as usize;
         }
+        c.profile = get("LIBOMPTARGET_PROFILE").filter(|p| !p.is_empty());
+        c.profile_summary = get("LIBOMPTARGET_PROFILE_SUMMARY").and_then(|v| parse_bool(&v)).unwrap_or(false);
         c.attach_always = get("LIBOMPTARGET_TREAT_ATTACH_AUTO_AS_ALWAYS").and_then(|v| parse_bool(&v)).unwrap_or(false);
         c
     }

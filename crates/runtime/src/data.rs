@@ -3,6 +3,7 @@
 
 use crate::config::info_bits;
 use crate::map_type::{self as mt, has, member_of};
+use crate::profile::{Category, Span};
 use crate::table::{Lookup, MapEntry, MappingTable, ShadowPtr};
 use crate::trace::{DataOp, TargetKind};
 use crate::{info, DeviceCtx, Failed, Loc, Outcome, Runtime};
@@ -111,10 +112,40 @@ pub enum Directive {
 }
 
 impl Runtime {
-    fn present_message(&self, hp: usize, size: usize, motion: bool) {
+    /// LLVM's `present` message, then what would help fix it: the variable, its range and
+    /// the nearest mapping that does exist on the device.
+    fn present_message(
+        &self,
+        dev: &DeviceCtx,
+        table: &MappingTable,
+        hp: usize,
+        size: usize,
+        name: usize,
+        motion: bool,
+    ) {
         let what = if motion { "motion" } else { "map type" };
         info::message(format_args!(
             "device mapping required by 'present' {what} modifier does not exist for host address 0x{hp:016x} ({size} bytes)"
+        ));
+        let var = match host_memory::c_str(name).map(omp_format::SourceLocation::from_map_name) {
+            Some(l) if l.is_known() => format!("'{}' ({l})", l.name),
+            Some(l) => format!("'{}'", l.name),
+            None => "the variable".into(),
+        };
+        let nearest = match table.nearest(hp) {
+            Some(e) => format!(
+                "the nearest mapping on device {} is '{}' at 0x{:016x}..0x{:016x} ({} bytes)",
+                dev.id,
+                info::var_name(e.name),
+                e.begin,
+                e.end,
+                e.size()
+            ),
+            None => format!("nothing is mapped on device {}", dev.id),
+        };
+        info::message(format_args!(
+            "{var} occupies 0x{hp:016x}..0x{:016x}, which is not mapped; {nearest}",
+            hp.wrapping_add(size)
         ));
     }
 
@@ -178,7 +209,7 @@ impl Runtime {
                 e.size()
             ));
             if has(r.ty, mt::PRESENT) {
-                self.present_message(r.begin, r.size, false);
+                self.present_message(dev, t, r.begin, r.size, r.name, false);
             }
             return Ok(tp);
         } else if self.requires_usm() && !has(r.ty, mt::CLOSE) {
@@ -194,10 +225,18 @@ impl Runtime {
             }
             return Ok(tp);
         } else if has(r.ty, mt::PRESENT) {
-            self.present_message(r.begin, r.size, false);
+            self.present_message(dev, t, r.begin, r.size, r.name, false);
             return Ok(tp);
         } else if r.size > 0 {
-            let alloc = dev.alloc(r.size + r.padding, AllocKind::Default).map_err(|e| {
+            let bytes = r.size + r.padding;
+            let span = || Span {
+                cat: Category::Alloc,
+                name: info::var_name(r.name).into(),
+                device: dev.id,
+                bytes: bytes as u64,
+                args: vec![],
+            };
+            let alloc = self.timed(span, || dev.alloc(bytes, AllocKind::Default)).map_err(|e| {
                 info::error(format_args!("Failed to allocate {} bytes on device {}: {e}", r.size + r.padding, dev.id));
                 Failed
             })?;
@@ -257,7 +296,14 @@ impl Runtime {
             );
         }
         self.data_op(DataOp::ToDevice, host, self.initial_device(), tgt, dev.id, size);
-        dev.dev.submit(tgt, host, size).map_err(|e| {
+        let span = || Span {
+            cat: Category::HostToDevice,
+            name: info::var_name(name).into(),
+            device: dev.id,
+            bytes: size as u64,
+            args: vec![],
+        };
+        self.timed(span, || dev.dev.submit(tgt, host, size)).map_err(|e| {
             info::error(format_args!("Copying data to device failed: {e}"));
             Failed
         })
@@ -275,7 +321,14 @@ impl Runtime {
             );
         }
         self.data_op(DataOp::FromDevice, tgt, dev.id, host, self.initial_device(), size);
-        dev.dev.retrieve(host, tgt, size).map_err(|e| {
+        let span = || Span {
+            cat: Category::DeviceToHost,
+            name: info::var_name(name).into(),
+            device: dev.id,
+            bytes: size as u64,
+            args: vec![],
+        };
+        self.timed(span, || dev.dev.retrieve(host, tgt, size)).map_err(|e| {
             info::error(format_args!("Copying data from device failed: {e}"));
             Failed
         })
@@ -477,7 +530,15 @@ impl Runtime {
         }
         if e.owns_memory {
             self.data_op(DataOp::Delete, e.tgt_alloc, dev.id, 0, self.initial_device(), e.size());
-            if let Err(err) = dev.free(e.tgt_alloc, AllocKind::Default) {
+            let span = || Span {
+                cat: Category::Free,
+                name: info::var_name(e.name).into(),
+                device: dev.id,
+                bytes: e.size() as u64,
+                args: vec![],
+            };
+            let allocated = e.size() + (e.tgt_begin - e.tgt_alloc);
+            if let Err(err) = self.timed(span, || dev.free_sized(e.tgt_alloc, allocated, AllocKind::Default)) {
                 info::error(format_args!("Deallocating data from device failed: {err}"));
             }
         }
@@ -517,7 +578,7 @@ impl Runtime {
                     continue;
                 }
                 if has(ty, mt::PRESENT) {
-                    self.present_message(begin, size, false);
+                    self.present_message(dev, &table, begin, size, args.name(i), false);
                     return Err(Failed);
                 }
                 continue;
@@ -592,7 +653,7 @@ impl Runtime {
         let table = dev.lock_table();
         let Lookup::Contained(key) = table.lookup(begin, size) else {
             if has(ty, mt::PRESENT) {
-                self.present_message(begin, size, true);
+                self.present_message(dev, &table, begin, size, name, true);
                 return Err(Failed);
             }
             return Ok(());
@@ -683,7 +744,7 @@ impl Runtime {
             Directive::End => TargetKind::ExitData,
             Directive::Update => TargetKind::Update,
         };
-        let outcome = self.construct(kind, dev.id, || match which {
+        let outcome = self.construct(kind, dev.id, loc, || match which {
             Directive::Begin => self.data_begin(&dev, args, false, &mut ConstructState::default()),
             Directive::End => self.data_end(&dev, args, false),
             Directive::Update => self.data_update(&dev, args),

@@ -79,33 +79,32 @@ impl DeviceCtx {
         self.kernels.read().unwrap().get(&host_ptr).copied()
     }
 
-    /// Allocates device memory, through the memory manager for small default allocations.
+    /// Allocates device memory for the runtime's own use (mappings, private copies), through
+    /// the memory manager when small. Free it with [`DeviceCtx::free_sized`].
     pub fn alloc(&self, size: usize, kind: AllocKind) -> Result<usize, PluginError> {
-        let managed = matches!(kind, AllocKind::Default | AllocKind::Device | AllocKind::DeviceNonBlocking)
-            && self.mm.manages(size);
-        if managed {
+        if self.mm.manages(size) {
             if let Some(p) = self.mm.take(size) {
                 return Ok(p);
             }
+            return self.alloc_direct(MemoryManager::class(size).1, kind);
         }
-        let p = match self.dev.alloc(size, kind) {
-            Ok(p) => p,
-            Err(_) => {
-                // Give the cache back to the device and try once more.
-                for b in self.mm.drain_free() {
-                    let _ = self.dev.free(b, AllocKind::Default);
-                }
-                self.dev.alloc(size, kind)?
-            }
-        };
-        if managed {
-            self.mm.adopt(p, size);
-        }
-        Ok(p)
+        self.alloc_direct(size, kind)
     }
 
-    pub fn free(&self, ptr: usize, kind: AllocKind) -> Result<(), PluginError> {
-        if self.mm.give_back(ptr) {
+    /// Allocates straight from the device; on failure, releases the cache and retries once.
+    pub fn alloc_direct(&self, size: usize, kind: AllocKind) -> Result<usize, PluginError> {
+        self.dev.alloc(size, kind).or_else(|_| {
+            for b in self.mm.drain_free() {
+                let _ = self.dev.free(b, AllocKind::Default);
+            }
+            self.dev.alloc(size, kind)
+        })
+    }
+
+    /// Frees memory from [`DeviceCtx::alloc`] of `size` bytes.
+    pub fn free_sized(&self, ptr: usize, size: usize, kind: AllocKind) -> Result<(), PluginError> {
+        if self.mm.manages(size) {
+            self.mm.give_back(ptr, size);
             return Ok(());
         }
         self.dev.free(ptr, kind)
@@ -148,9 +147,26 @@ impl Runtime {
             }
             // The last compatible image of a descriptor wins, as in LLVM.
             let Some(image) = desc.images.iter().rev().find(|i| i.plugins.contains(&dev.plugin)) else { continue };
-            let image_id = dev.dev.load_image(image.bytes).map_err(|e| format!("Failed to load image: {e}"))?;
-            self.observe(|o| o.device_load(dev.id, image.bytes, image_id.0 as u64));
-            self.bind_entries(dev, image_id, desc)?;
+            let span = || crate::profile::Span {
+                cat: crate::profile::Category::ImageLoad,
+                name: format!("load image ({})", if image.triple.is_empty() { "unknown" } else { &image.triple }),
+                device: dev.id,
+                bytes: image.bytes.len() as u64,
+                args: vec![("entries", desc.entries.len().to_string())],
+            };
+            self.timed(span, || -> Result<(), String> {
+                let image_id = dev.dev.load_image(image.bytes).map_err(|e| format!("Failed to load image: {e}"))?;
+                self.observe(|o| o.device_load(dev.id, image.bytes, image_id.0 as u64));
+                crate::debug!(
+                    self,
+                    "omptarget",
+                    "device {}: loaded image of {} bytes, {} entries",
+                    dev.id,
+                    image.bytes.len(),
+                    desc.entries.len()
+                );
+                self.bind_entries(dev, image_id, desc)
+            })?;
             loaded.descs.insert(desc.serial);
         }
         dev.loaded_generation.store(generation, Ordering::Release);

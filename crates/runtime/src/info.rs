@@ -102,3 +102,13 @@ fn table_row(e: &MapEntry) -> String {
         declaration(e.name)
     )
 }
+
+/// `LIBOMPTARGET_DEBUG`: a line prefixed with its component, when the level is set.
+#[macro_export]
+macro_rules! debug {
+    ($rt:expr, $component:literal, $($arg:tt)*) => {
+        if $rt.config.debug > 0 {
+            $crate::info::emit(&format!(concat!($component, " --> {}\n"), format_args!($($arg)*)));
+        }
+    };
+}

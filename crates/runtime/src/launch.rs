@@ -38,7 +38,7 @@ impl Runtime {
         if self.config.info_on(info_bits::KERNEL_ARGS) {
             self.print_args(dev.id, "Entering OpenMP kernel", loc, &launch.args);
         }
-        let outcome = self.construct(TargetKind::Target, dev.id, || self.target(&dev, loc, host_ptr, launch));
+        let outcome = self.construct(TargetKind::Target, dev.id, loc, || self.target(&dev, loc, host_ptr, launch));
         if outcome.is_err() {
             info::error(format_args!("Executing target region abort target."));
         }
@@ -53,16 +53,17 @@ impl Runtime {
             return Err(Failed);
         };
         let n = launch.args.len();
-        let mut privates: Vec<usize> = Vec::new();
+        let mut privates: Vec<(usize, usize)> = Vec::new();
         let mut tgt_args: Vec<usize> = Vec::with_capacity(n);
         let result = (|| -> Outcome {
             if n > 0 {
                 if self.data_begin(dev, &mut launch.args, false, &mut ConstructState::default()).is_err() {
                     info::error(format_args!("Call to targetDataBegin failed, abort target."));
                     info::error(format_args!("Failed to process data before launching the kernel."));
+                    self.explain_kernel_failure(dev, loc, host_ptr, "mapping its data before the launch");
                     return Err(Failed);
                 }
-                self.kernel_arguments(dev, &launch.args, &mut tgt_args, &mut privates)?;
+                self.kernel_arguments(dev, loc, host_ptr, &launch.args, &mut tgt_args, &mut privates)?;
             }
             if self.config.info_on(info_bits::PLUGIN_KERNEL) {
                 let name = self.kernel_name(host_ptr).unwrap_or_else(|| format!("0x{host_ptr:x}"));
@@ -83,7 +84,19 @@ impl Runtime {
                 thread_limit: launch.thread_limit,
                 with_dyn_ptr: launch.version >= 3,
             };
-            dev.dev.launch(kernel, &tgt_args, &config).map_err(|e| {
+            let span = || crate::profile::Span {
+                cat: crate::profile::Category::Kernel,
+                name: self.kernel_name(host_ptr).unwrap_or_else(|| format!("0x{host_ptr:x}")),
+                device: dev.id,
+                bytes: 0,
+                args: vec![
+                    ("location", loc.parse().to_string()),
+                    ("num_teams", launch.num_teams.to_string()),
+                    ("thread_limit", launch.thread_limit.to_string()),
+                    ("arguments", tgt_args.len().to_string()),
+                ],
+            };
+            self.timed(span, || dev.dev.launch(kernel, &tgt_args, &config)).map_err(|e| {
                 let name = self.kernel_name(host_ptr).unwrap_or_default();
                 let l = loc.parse();
                 info::error(format_args!("Kernel {name} at {l} failed: {e}"));
@@ -93,24 +106,55 @@ impl Runtime {
             if n > 0 && self.data_end(dev, &mut launch.args, false).is_err() {
                 info::error(format_args!("Call to targetDataEnd failed, abort target."));
                 info::error(format_args!("Failed to process data after launching the kernel."));
+                self.explain_kernel_failure(dev, loc, host_ptr, "copying its data back after the launch");
                 return Err(Failed);
             }
             Ok(())
         })();
         for p in privates {
-            let _ = dev.free(p, AllocKind::Default);
+            let _ = dev.free_sized(p.0, p.1, AllocKind::Default);
         }
         result
     }
 
     /// Builds the kernel's argument vector from the TARGET_PARAM entries, and applies
     /// lambda-capture fix-ups.
+    /// INFO 0x40: a pointer argument that points nowhere on the device (the runtime
+    /// documentation's `sum` example without `map(to: A[0:N])`).
+    fn unmapped_pointer_note(&self, dev: &DeviceCtx, loc: Loc, host_ptr: usize, var: &str, addr: usize) {
+        let kernel = self.kernel_name(host_ptr).unwrap_or_default();
+        let why = if dev.dev.shares_host_address_space() {
+            " (this works only because the device shares the host's memory: map the data it points to)"
+        } else {
+            ""
+        };
+        info::info(
+            dev.id,
+            format_args!(
+                "{}: pointer {var} passed to kernel {kernel} holds host address 0x{addr:016x}, which is not mapped on device {}{why}",
+                loc.parse(),
+                dev.id
+            ),
+        );
+    }
+
+    /// One line that says which kernel failed, where, and in which step.
+    fn explain_kernel_failure(&self, dev: &DeviceCtx, loc: Loc, host_ptr: usize, step: &str) {
+        let name = self.kernel_name(host_ptr).unwrap_or_else(|| format!("0x{host_ptr:x}"));
+        let l = loc.parse();
+        let at = if l.is_known() { format!("at {l} ") } else { String::new() };
+        info::error(format_args!("target region {at}(kernel {name}, device {}) failed while {step}", dev.id));
+    }
+
+    #[allow(clippy::too_many_arguments)]
     fn kernel_arguments(
         &self,
         dev: &DeviceCtx,
+        loc: Loc,
+        host_ptr: usize,
         args: &MapArgs,
         out: &mut Vec<usize>,
-        privates: &mut Vec<usize>,
+        privates: &mut Vec<(usize, usize)>,
     ) -> Outcome {
         let n = args.len();
         // Argument value per entry index, for lambda fix-ups that refer to their parent.
@@ -148,7 +192,7 @@ impl Runtime {
                     info::error(format_args!("Data allocation for firstprivate failed: {e}"));
                     Failed
                 })?;
-                privates.push(storage);
+                privates.push((storage, size.max(1)));
                 if has(ty, mt::TO) && size > 0 {
                     self.submit(dev, storage, begin, size, args.name(i))?;
                 }
@@ -158,7 +202,12 @@ impl Runtime {
                 let table = dev.lock_table();
                 let tgt_begin = match table.lookup(begin, args.sizes[i].max(0) as usize) {
                     Lookup::Contained(k) | Lookup::Extends(k) => table.get(k).expect("key").translate(begin),
-                    Lookup::NotFound => begin,
+                    Lookup::NotFound => {
+                        if begin != 0 && self.config.info_on(info_bits::EMPTY_MAPPING) {
+                            self.unmapped_pointer_note(dev, loc, host_ptr, info::var_name(args.name(i)), begin);
+                        }
+                        begin
+                    }
                 };
                 tgt_begin.wrapping_add(hp_base.wrapping_sub(begin))
             };

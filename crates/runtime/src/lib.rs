@@ -13,6 +13,7 @@ pub mod info;
 pub mod launch;
 pub mod map_type;
 pub mod memory_manager;
+pub mod profile;
 pub mod registry;
 pub mod table;
 pub mod trace;
@@ -79,6 +80,7 @@ pub struct Runtime {
     policy: OnceLock<Policy>,
     /// Set once, after start-up (tools connect through libomp, which may call back into us).
     observers: OnceLock<Vec<Box<dyn trace::Observer>>>,
+    profiler: Option<profile::Profiler>,
 }
 
 /// Where a construct should run.
@@ -91,7 +93,6 @@ pub enum Target {
 impl Runtime {
     pub fn new(config: Config, host: Box<dyn OpenMpHost>, plugins: Vec<Box<dyn Plugin>>) -> Self {
         Self {
-            config,
             host,
             plugins,
             devices: RwLock::new(Vec::new()),
@@ -102,6 +103,30 @@ impl Runtime {
             legacy_only: AtomicBool::new(false),
             policy: OnceLock::new(),
             observers: OnceLock::new(),
+            profiler: profile::Profiler::new(config.profile.clone(), config.profile_summary),
+            config,
+        }
+    }
+
+    /// Runs `f`, recording it as a profile span when profiling is on.
+    #[inline]
+    pub(crate) fn timed<R>(&self, span: impl FnOnce() -> profile::Span, f: impl FnOnce() -> R) -> R {
+        let Some(p) = &self.profiler else { return f() };
+        let t0 = p.now();
+        let r = f();
+        p.record(span(), t0, p.now());
+        r
+    }
+
+    /// Whether a profile is being recorded (the ABI layer then arranges [`Runtime::finish`]).
+    pub fn profiling(&self) -> bool {
+        self.profiler.is_some()
+    }
+
+    /// Writes the profile file and summary (idempotent). Called at exit and before aborts.
+    pub fn finish(&self) {
+        if let Some(p) = &self.profiler {
+            p.finish();
         }
     }
 
@@ -126,25 +151,58 @@ impl Runtime {
     }
 
     /// Reports a data operation of the current construct.
-    pub(crate) fn data_op(&self, op: trace::DataOp, src: usize, src_device: i32, dst: usize, dst_device: i32, bytes: usize) {
+    pub(crate) fn data_op(
+        &self,
+        op: trace::DataOp,
+        src: usize,
+        src_device: i32,
+        dst: usize,
+        dst_device: i32,
+        bytes: usize,
+    ) {
         if !self.observed() {
             return;
         }
         let (target_id, codeptr) = trace::current();
-        let ev = trace::DataOpEvent { target_id, host_op_id: trace::next_id(), op, src, src_device, dst, dst_device, bytes, codeptr };
+        let ev = trace::DataOpEvent {
+            target_id,
+            host_op_id: trace::next_id(),
+            op,
+            src,
+            src_device,
+            dst,
+            dst_device,
+            bytes,
+            codeptr,
+        };
         self.observe(|o| o.data_op(&ev));
     }
 
-    /// Runs a construct between target begin/end events.
-    pub(crate) fn construct<R>(&self, kind: trace::TargetKind, device: i32, f: impl FnOnce() -> R) -> R {
+    /// Runs a construct between target begin/end events (and as a profile span).
+    pub(crate) fn construct<R>(&self, kind: trace::TargetKind, device: i32, loc: Loc, f: impl FnOnce() -> R) -> R {
+        let region = || {
+            let name = match kind {
+                trace::TargetKind::Target => "target",
+                trace::TargetKind::EnterData => "target data begin",
+                trace::TargetKind::ExitData => "target data end",
+                trace::TargetKind::Update => "target update",
+            };
+            profile::Span {
+                cat: profile::Category::Region,
+                name: name.into(),
+                device,
+                bytes: 0,
+                args: vec![("location", loc.parse().to_string())],
+            }
+        };
         if !self.observed() {
-            return f();
+            return self.timed(region, f);
         }
         let id = trace::next_id();
         let ra = trace::return_address();
         let prev = trace::enter_construct(id, ra);
         self.observe(|o| o.target(kind, true, device, id, ra));
-        let r = f();
+        let r = self.timed(region, f);
         self.observe(|o| o.target(kind, false, device, id, ra));
         trace::leave_construct(prev);
         r
@@ -261,6 +319,7 @@ impl Runtime {
             ));
             info::emit("omptarget fatal error 1: failure of target construct while offloading is mandatory\n");
         }
+        self.finish();
         std::process::abort();
     }
 

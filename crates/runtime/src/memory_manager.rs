@@ -1,67 +1,57 @@
 //! A cache of small device allocations in front of the plugin's allocator
-//! (`LIBOMPTARGET_MEMORY_MANAGER_THRESHOLD`, default 8 KiB, 0 disables). Freed blocks wait
-//! on a free list for a request of the same size; nothing returns to the device until the
-//! runtime shuts down.
+//! (`LIBOMPTARGET_MEMORY_MANAGER_THRESHOLD`, default 8 KiB, 0 disables). Requests are rounded
+//! up to a power of two (at least 16 bytes) and freed blocks wait on that class's free list;
+//! nothing returns to the device until the cache is drained. Callers pass the size back on
+//! free, so the cache keeps no per-block bookkeeping.
 
-use std::collections::HashMap;
 use std::sync::Mutex;
 
-#[derive(Debug, Default)]
-struct Pools {
-    /// Free blocks by exact size.
-    free: HashMap<usize, Vec<usize>>,
-    /// Size of every block this manager handed out (free or in use).
-    owned: HashMap<usize, usize>,
-}
+const MIN_SHIFT: u32 = 4;
+const CLASSES: usize = 28;
 
 /// The per-device cache.
 #[derive(Debug)]
 pub struct MemoryManager {
     threshold: usize,
-    pools: Mutex<Pools>,
+    free: Mutex<[Vec<usize>; CLASSES]>,
 }
 
 impl MemoryManager {
     pub fn new(threshold: usize) -> Self {
-        Self { threshold, pools: Mutex::new(Pools::default()) }
+        Self { threshold: threshold.min(1 << (CLASSES as u32 + MIN_SHIFT - 1)), free: Mutex::new(Default::default()) }
     }
 
     /// Whether requests of `size` bytes go through the cache.
+    #[inline]
     pub fn manages(&self, size: usize) -> bool {
         size > 0 && size <= self.threshold
     }
 
-    /// A cached block of exactly `size` bytes, if one is free.
+    /// The size class of a managed request, and the bytes to allocate for it.
+    #[inline]
+    pub fn class(size: usize) -> (usize, usize) {
+        let bytes = size.next_power_of_two().max(1 << MIN_SHIFT);
+        ((bytes.trailing_zeros() - MIN_SHIFT) as usize, bytes)
+    }
+
+    /// A cached block for a request of `size` bytes, if one is free.
+    #[inline]
     pub fn take(&self, size: usize) -> Option<usize> {
-        let mut p = self.pools.lock().unwrap();
-        p.free.get_mut(&size).and_then(|v| v.pop())
+        let (class, _) = Self::class(size);
+        self.free.lock().unwrap_or_else(|p| p.into_inner())[class].pop()
     }
 
-    /// Records a fresh block the device allocated for a managed size.
-    pub fn adopt(&self, ptr: usize, size: usize) {
-        self.pools.lock().unwrap().owned.insert(ptr, size);
-    }
-
-    /// Puts a managed block back; false when the pointer is not ours (free it directly).
-    pub fn give_back(&self, ptr: usize) -> bool {
-        let mut p = self.pools.lock().unwrap();
-        match p.owned.get(&ptr).copied() {
-            Some(size) => {
-                p.free.entry(size).or_default().push(ptr);
-                true
-            }
-            None => false,
-        }
+    /// Returns a block that was allocated for a request of `size` bytes.
+    #[inline]
+    pub fn give_back(&self, ptr: usize, size: usize) {
+        let (class, _) = Self::class(size);
+        self.free.lock().unwrap_or_else(|p| p.into_inner())[class].push(ptr);
     }
 
     /// Every free block, emptied from the cache (to release them to the device).
     pub fn drain_free(&self) -> Vec<usize> {
-        let mut p = self.pools.lock().unwrap();
-        let blocks: Vec<usize> = p.free.drain().flat_map(|(_, v)| v).collect();
-        for b in &blocks {
-            p.owned.remove(b);
-        }
-        blocks
+        let mut f = self.free.lock().unwrap_or_else(|p| p.into_inner());
+        f.iter_mut().flat_map(std::mem::take).collect()
     }
 }
 
@@ -70,17 +60,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn reuses_exact_sizes_only() {
+    fn classes_and_reuse() {
         let mm = MemoryManager::new(8192);
         assert!(mm.manages(8192) && !mm.manages(8193) && !mm.manages(0));
+        assert_eq!(MemoryManager::class(1), (0, 16));
+        assert_eq!(MemoryManager::class(17), (1, 32));
+        assert_eq!(MemoryManager::class(8192), (9, 8192));
         assert_eq!(mm.take(64), None);
-        mm.adopt(0x1000, 64);
-        assert!(mm.give_back(0x1000));
-        assert_eq!(mm.take(32), None);
-        assert_eq!(mm.take(64), Some(0x1000));
-        assert!(!mm.give_back(0x2000));
-        mm.give_back(0x1000);
-        assert_eq!(mm.drain_free(), vec![0x1000]);
-        assert!(!mm.give_back(0x1000));
+        mm.give_back(0x1000, 60);
+        assert_eq!(mm.take(33), Some(0x1000), "same class (64 bytes)");
+        assert_eq!(mm.take(64), None);
+        mm.give_back(0x2000, 100);
+        assert_eq!(mm.drain_free(), vec![0x2000]);
+        assert_eq!(mm.take(100), None);
     }
 }

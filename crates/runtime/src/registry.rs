@@ -85,6 +85,26 @@ impl Runtime {
     /// `__tgt_register_lib`: records the binary and opens every device that can run one of
     /// its images. Images load on a device at its first use.
     pub fn register_lib(&self, desc: Descriptor) {
+        let span = || crate::profile::Span {
+            cat: crate::profile::Category::Init,
+            name: "register binary".into(),
+            device: -1,
+            bytes: 0,
+            args: vec![],
+        };
+        self.timed(span, || self.register_lib_now(desc))
+    }
+
+    fn register_lib_now(&self, desc: Descriptor) {
+        crate::debug!(
+            self,
+            "omptarget",
+            "registering binary {:#x}: {} image(s), {} entries ({:?} layout)",
+            desc.key,
+            desc.images.len(),
+            desc.entries.len(),
+            desc.layout
+        );
         let mut reg = self.registry.write().unwrap();
         if reg.descs.iter().any(|d| d.key == desc.key) {
             return;
@@ -184,6 +204,7 @@ impl Runtime {
                     let id = devices.len() as i32;
                     devices.push(Arc::new(crate::DeviceCtx::new(id, plugin, dev, self.config.mm_threshold)));
                     self.observe(|o| o.device_init(id));
+                    crate::debug!(self, "omptarget", "device {id} is device {index} of plugin {}", p.name());
                 }
                 Err(e) => info::error(format_args!("Failed to open device {index} of plugin {}: {e}", p.name())),
             }

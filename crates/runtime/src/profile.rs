@@ -1,0 +1,248 @@
+//! `LIBOMPTARGET_PROFILE=<file>`: a Chrome Trace Event file (opens in Perfetto,
+//! chrome://tracing and speedscope) with a span for every region, kernel, allocation and
+//! copy; and `LIBOMPTARGET_PROFILE_SUMMARY=1`: per-kernel and per-direction totals on stderr.
+//! The file is written once, at exit or before a mandatory-offload abort, and is always
+//! complete JSON.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::sync::Mutex;
+use std::time::Instant;
+
+/// What a span was.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Category {
+    Init,
+    ImageLoad,
+    Region,
+    Kernel,
+    Alloc,
+    Free,
+    HostToDevice,
+    DeviceToHost,
+}
+
+impl Category {
+    fn name(self) -> &'static str {
+        match self {
+            Category::Init => "init",
+            Category::ImageLoad => "image",
+            Category::Region => "region",
+            Category::Kernel => "kernel",
+            Category::Alloc => "alloc",
+            Category::Free => "free",
+            Category::HostToDevice => "HostToDevice",
+            Category::DeviceToHost => "DeviceToHost",
+        }
+    }
+}
+
+/// One recorded span.
+#[derive(Debug, Clone)]
+pub struct Span {
+    pub cat: Category,
+    pub name: String,
+    pub device: i32,
+    pub bytes: u64,
+    pub args: Vec<(&'static str, String)>,
+}
+
+#[derive(Debug)]
+struct Record {
+    span: Span,
+    start_ns: u64,
+    dur_ns: u64,
+    tid: u64,
+}
+
+#[derive(Default, Debug, Clone, Copy)]
+struct Totals {
+    calls: u64,
+    ns: u64,
+    bytes: u64,
+}
+
+/// Collects spans in memory; written out by [`Profiler::finish`].
+pub struct Profiler {
+    path: Option<String>,
+    summary: bool,
+    origin: Instant,
+    records: Mutex<Vec<Record>>,
+    done: Mutex<bool>,
+}
+
+fn thread_id() -> u64 {
+    thread_local!(static ID: u64 = {
+        use std::hash::{Hash, Hasher};
+        let mut h = std::collections::hash_map::DefaultHasher::new();
+        std::thread::current().id().hash(&mut h);
+        h.finish() % 100_000
+    });
+    ID.with(|i| *i)
+}
+
+fn json_str(s: &str) -> String {
+    let mut out = String::with_capacity(s.len() + 2);
+    out.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+    out
+}
+
+impl Profiler {
+    /// A profiler when either the file or the summary was asked for.
+    pub fn new(path: Option<String>, summary: bool) -> Option<Self> {
+        (path.is_some() || summary).then(|| Self {
+            path,
+            summary,
+            origin: Instant::now(),
+            records: Mutex::new(Vec::new()),
+            done: Mutex::new(false),
+        })
+    }
+
+    /// Nanoseconds since the profiler started.
+    #[inline]
+    pub fn now(&self) -> u64 {
+        self.origin.elapsed().as_nanos() as u64
+    }
+
+    pub fn record(&self, span: Span, start_ns: u64, end_ns: u64) {
+        let r = Record { span, start_ns, dur_ns: end_ns.saturating_sub(start_ns), tid: thread_id() };
+        self.records.lock().unwrap_or_else(|p| p.into_inner()).push(r);
+    }
+
+    /// The trace as Chrome Trace Event JSON.
+    pub fn json(&self) -> String {
+        let records = self.records.lock().unwrap_or_else(|p| p.into_inner());
+        let pid = std::process::id();
+        let mut s = String::from("{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n");
+        let _ = write!(
+            s,
+            "{{\"name\":\"process_name\",\"ph\":\"M\",\"pid\":{pid},\"tid\":0,\"args\":{{\"name\":\"libomptarget\"}}}}"
+        );
+        for r in records.iter() {
+            let _ = write!(
+                s,
+                ",\n{{\"name\":{},\"cat\":\"{}\",\"ph\":\"X\",\"ts\":{:.3},\"dur\":{:.3},\"pid\":{pid},\"tid\":{},\"args\":{{\"device\":{}",
+                json_str(&r.span.name),
+                r.span.cat.name(),
+                r.start_ns as f64 / 1000.0,
+                r.dur_ns as f64 / 1000.0,
+                r.tid,
+                r.span.device
+            );
+            if r.span.bytes > 0 {
+                let _ = write!(s, ",\"bytes\":{}", r.span.bytes);
+            }
+            for (k, v) in &r.span.args {
+                let _ = write!(s, ",{}:{}", json_str(k), json_str(v));
+            }
+            s.push_str("}}");
+        }
+        s.push_str("\n]}\n");
+        s
+    }
+
+    /// The summary table: per kernel and per copy direction.
+    pub fn summary_table(&self) -> String {
+        let records = self.records.lock().unwrap_or_else(|p| p.into_inner());
+        let mut by: BTreeMap<(Category, String), Totals> = BTreeMap::new();
+        for r in records.iter() {
+            let key = match r.span.cat {
+                Category::Kernel => (Category::Kernel, r.span.name.clone()),
+                c @ (Category::HostToDevice | Category::DeviceToHost | Category::Alloc | Category::Free) => {
+                    (c, String::new())
+                }
+                _ => continue,
+            };
+            let t = by.entry(key).or_default();
+            t.calls += 1;
+            t.ns += r.dur_ns;
+            t.bytes += r.span.bytes;
+        }
+        let mut s = String::from("omptarget profile summary:\n");
+        let _ = writeln!(
+            s,
+            "  {:<14} {:<44} {:>8} {:>12} {:>11} {:>14} {:>9}",
+            "kind", "name", "calls", "total (ms)", "mean (us)", "bytes", "GB/s"
+        );
+        for ((cat, name), t) in by {
+            let mean_us = t.ns as f64 / t.calls as f64 / 1000.0;
+            let gbs = if t.ns > 0 && t.bytes > 0 { format!("{:.2}", t.bytes as f64 / t.ns as f64) } else { "-".into() };
+            let bytes = if t.bytes > 0 { t.bytes.to_string() } else { "-".into() };
+            let shown = if name.len() > 44 { format!("…{}", &name[name.len() - 43..]) } else { name };
+            let _ = writeln!(
+                s,
+                "  {:<14} {:<44} {:>8} {:>12.3} {:>11.2} {:>14} {:>9}",
+                cat.name(),
+                shown,
+                t.calls,
+                t.ns as f64 / 1e6,
+                mean_us,
+                bytes,
+                gbs
+            );
+        }
+        s
+    }
+
+    /// Writes the file and the summary, once.
+    pub fn finish(&self) {
+        let mut done = self.done.lock().unwrap_or_else(|p| p.into_inner());
+        if *done {
+            return;
+        }
+        *done = true;
+        if let Some(path) = &self.path {
+            let tmp = format!("{path}.tmp{}", std::process::id());
+            let written = std::fs::write(&tmp, self.json()).and_then(|_| std::fs::rename(&tmp, path));
+            if let Err(e) = written {
+                crate::info::emit(&format!(
+                    "omptarget warning: cannot write LIBOMPTARGET_PROFILE file '{path}': {e}\n"
+                ));
+            }
+        }
+        if self.summary {
+            crate::info::emit(&self.summary_table());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_and_summary() {
+        let p = Profiler::new(None, true).unwrap();
+        p.record(
+            Span {
+                cat: Category::Kernel,
+                name: "k\"1".into(),
+                device: 0,
+                bytes: 0,
+                args: vec![("loc", "a.c:3:1".into())],
+            },
+            1000,
+            5000,
+        );
+        p.record(Span { cat: Category::HostToDevice, name: "x".into(), device: 0, bytes: 4000, args: vec![] }, 0, 2000);
+        let j = p.json();
+        assert!(j.contains("\"name\":\"k\\\"1\""), "{j}");
+        assert!(j.contains("\"ts\":1.000,\"dur\":4.000"), "{j}");
+        assert!(j.trim_end().ends_with("]}"));
+        let s = p.summary_table();
+        assert!(s.contains("HostToDevice"), "{s}");
+        assert!(s.contains("2.00"), "{s}"); // 4000 bytes in 2000 ns = 2 GB/s
+    }
+}
