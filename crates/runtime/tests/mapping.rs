@@ -85,7 +85,7 @@ fn tgt(rt: &Runtime, p: usize) -> usize {
 fn dynamic_count_copies_on_first_and_last_reference() {
     let (rt, dev) = runtime();
     let mut x = [1u32, 2, 3, 4];
-    let px = x.as_ptr();
+    let px = x.as_mut_ptr();
     enter(&rt, &mut Maps::new().add(px, px, 16, TO));
     let t = tgt(&rt, px as usize);
     assert_ne!(t, 0);
@@ -159,19 +159,20 @@ struct Holder {
 fn pointer_member_is_attached_and_restored() {
     let (rt, dev) = runtime();
     let mut buf = [7u32; 8];
-    let mut h = Holder { n: 8, data: buf.as_mut_ptr() };
-    let hp = &h as *const Holder;
-    let member = &h.data as *const *mut u32;
+    let bufp = buf.as_mut_ptr();
+    let mut h = Holder { n: 8, data: bufp };
+    let hp = std::ptr::addr_of_mut!(h);
+    let member = std::ptr::addr_of_mut!(h.data);
     // clang 19: combined struct entry + MEMBER_OF(1) | PTR_AND_OBJ pointee.
     let mut m = Maps::new().add(hp, hp, std::mem::size_of::<Holder>(), TO | FROM).add(
         member,
-        buf.as_ptr(),
+        bufp,
         32,
         TO | FROM | PTR_AND_OBJ | (1i64 << 48),
     );
     enter(&rt, &mut m);
     let dev_h = tgt(&rt, hp as usize);
-    let dev_buf = tgt(&rt, buf.as_ptr() as usize);
+    let dev_buf = tgt(&rt, bufp as usize);
     // The device struct's pointer holds the device buffer address, not the host one.
     let stored = usize::from_le_bytes(dev.read(dev_h + 8, 8).try_into().unwrap());
     assert_eq!(stored, dev_buf);
@@ -179,7 +180,7 @@ fn pointer_member_is_attached_and_restored() {
     exit(&rt, &mut m);
     assert_eq!(buf[0], 99);
     // Copying the struct back brought the device pointer; the shadow restored the host one.
-    assert_eq!(h.data, buf.as_mut_ptr());
+    assert_eq!(h.data, bufp);
     h.n = 0;
     assert_eq!(rt.is_present(hp as usize, 0), 0);
 }
@@ -204,7 +205,7 @@ fn deletion_waits_for_the_end_of_the_construct() {
     // not free storage that the second entry still copies back from.
     let (rt, dev) = runtime();
     let mut x = [1u8; 16];
-    let p = x.as_ptr();
+    let p = x.as_mut_ptr();
     enter(&rt, &mut Maps::new().add(p, p, 16, TO));
     enter(&rt, &mut Maps::new().add(p, p, 16, TO));
     let t = tgt(&rt, p as usize);
@@ -218,7 +219,7 @@ fn deletion_waits_for_the_end_of_the_construct() {
 fn update_moves_data_both_ways() {
     let (rt, dev) = runtime();
     let mut x = [3u16; 4];
-    let p = x.as_ptr();
+    let p = x.as_mut_ptr();
     enter(&rt, &mut Maps::new().add(p, p, 8, TO));
     let t = tgt(&rt, p as usize);
     x[0] = 11;
