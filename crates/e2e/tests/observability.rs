@@ -90,7 +90,7 @@ fn debug_lines_have_a_component_prefix_and_do_not_touch_stdout_or_info() {
     assert!(e.contains("Launching kernel"), "{e}");
 }
 
-fn profile_of(exe: &PathBuf, name: &str, extra: &[(&str, &str)]) -> (Output, Value) {
+fn profile_of(exe: &std::path::Path, name: &str, extra: &[(&str, &str)]) -> (Output, Value) {
     let path = exe.with_file_name(name);
     let _ = std::fs::remove_file(&path);
     let mut env = vec![("LIBOMPTARGET_PROFILE", path.to_str().unwrap())];

@@ -61,7 +61,7 @@ pub fn detect_layout(table: &[u8]) -> Result<EntryLayout, FormatError> {
     if table.is_empty() {
         return Ok(EntryLayout::V1);
     }
-    if table.len() % NEW_SIZE == 0 {
+    if table.len().is_multiple_of(NEW_SIZE) {
         let all_v1 = table
             .chunks_exact(NEW_SIZE)
             .all(|e| e[..8].iter().all(|&b| b == 0) && u16::from_le_bytes([e[8], e[9]]) == 1);
@@ -69,7 +69,7 @@ pub fn detect_layout(table: &[u8]) -> Result<EntryLayout, FormatError> {
             return Ok(EntryLayout::V1);
         }
     }
-    if table.len() % LEGACY_SIZE == 0 {
+    if table.len().is_multiple_of(LEGACY_SIZE) {
         return Ok(EntryLayout::Legacy);
     }
     Err(FormatError::Invalid {

@@ -1,3 +1,4 @@
+#![allow(clippy::type_complexity)] // one function type per arity, by design
 //! Calls a kernel with any number (up to 256) of pointer-sized arguments.
 //!
 //! On x86-64 System V the caller owns the argument area, so calling a function with more

@@ -80,11 +80,8 @@ pub fn table_dump(device: i32, loc: &SourceLocation, table: &MappingTable) -> St
         loc.line,
         loc.column
     );
-    let _ = writeln!(
-        s,
-        "{prefix}{:<18} {:<18} {} {} {} {}",
-        "Host Ptr", "Target Ptr", "Size (B)", "DynRefCount", "HoldRefCount", "Declaration"
-    );
+    let _ =
+        writeln!(s, "{prefix}{:<18} {:<18} Size (B) DynRefCount HoldRefCount Declaration", "Host Ptr", "Target Ptr");
     for e in table.iter() {
         let _ = writeln!(s, "{prefix}{}", table_row(e));
     }
