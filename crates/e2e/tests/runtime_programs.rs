@@ -221,3 +221,54 @@ fn info_output_names_variables_and_lines() {
         assert_eq!(stdout(&o), stdout(&plain));
     }
 }
+
+#[test]
+fn a_section_extending_a_mapping_is_a_clean_error() {
+    for llvm in ALL {
+        let exe = build(llvm, "extend_fail.c");
+        let o = run_with(&exe, &omp_e2e::dist_lib(), &[]);
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), None, "aborts (mandatory offload), exit {:?}: {err}", o.status);
+        assert!(!stdout(&o).contains("not reached"));
+        assert!(err.contains("explicit extension not allowed: host address specified is 0x"), "{err}");
+        assert!(err.contains("(400 bytes), but device allocation maps to host at 0x"), "{err}");
+        assert!(err.contains("extend_fail.c:9:3: omptarget fatal error 1"), "{err}");
+    }
+}
+
+#[test]
+fn a_malformed_device_image_is_reported_not_a_crash() {
+    let dir = scratch("runtime-bad-image");
+    let exe = dir.join("prog");
+    // A plain host program linked against our runtime: it registers its own bad descriptor.
+    let o = std::process::Command::new("clang-22")
+        .args(["-fopenmp", "-g"])
+        .arg(program("runtime/bad_image.c"))
+        .arg(format!("-L{}", omp_e2e::dist_lib().display()))
+        .args(["-l:libomptarget.so.22.1", "-o"])
+        .arg(&exe)
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let o = run_with(&exe, &omp_e2e::dist_lib(), &[]);
+    let err = stderr(&o);
+    assert!(stdout(&o).contains("registered: 4 devices"), "{}", stdout(&o));
+    assert!(err.contains("Failed to init globals on device 0: Failed to load image: failed to load the device image"), "{err}");
+    assert!(err.contains("omptarget fatal error 1: failure of target construct while offloading is mandatory"), "{err}");
+    // abort(), not a segmentation fault.
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(o.status.signal(), Some(6), "{err}");
+}
+
+#[test]
+fn the_device_image_reuses_the_loaded_runtime() {
+    for llvm in ALL {
+        let exe = build(llvm, "policy.c");
+        let o = run_with(&exe, &omp_e2e::dist_lib(), &[("LD_DEBUG", "files")]);
+        let err = stderr(&o);
+        assert!(o.status.success());
+        let inits = err.lines().filter(|l| l.contains("calling init:") && l.contains("libomptarget")).count();
+        assert_eq!(inits, 1, "libomptarget must be initialised once:\n{err}");
+        assert!(err.contains(omp_e2e::dist_lib().to_str().unwrap()), "our runtime was not the one loaded:\n{err}");
+    }
+}
