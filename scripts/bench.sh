@@ -26,3 +26,15 @@ for v in 19 22; do
     printf '%-12s %12.1f %12.1f %8.2f\n' "$c" "$l" "$o" "$(echo "$o / $l" | bc -l)"
   done
 done
+
+# Memory manager: many small map/unmap cycles with the cache on (default) and off (0).
+echo "== small map/unmap cycles (clang-22 build), memory manager on vs off" >&2
+clang-22 -O2 -fopenmp -fopenmp-targets=x86_64-pc-linux-gnu -L"$root/.deps/lib22" \
+  "$root/benches/runtime/small_maps.c" -o "$work/small_maps"
+best() { for _ in $(seq "$rounds"); do "$@"; done | awk '{print $2}' | sort -g | head -1; }
+printf '%-26s %12s\n' runtime "ns per map+unmap"
+for t in default 0; do
+  l=$(LIBOMPTARGET_MEMORY_MANAGER_THRESHOLD=$([ $t = default ] && echo 8192 || echo 0) LD_LIBRARY_PATH=/usr/lib/llvm-22/lib best "$work/small_maps" 5000)
+  o=$(LIBOMPTARGET_MEMORY_MANAGER_THRESHOLD=$([ $t = default ] && echo 8192 || echo 0) LD_LIBRARY_PATH="$root/dist/lib" best "$work/small_maps" 5000)
+  printf '%-26s %12.1f\n' "llvm-22, threshold=$t" "$l" "ours, threshold=$t" "$o"
+done
