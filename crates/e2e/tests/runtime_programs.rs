@@ -272,3 +272,34 @@ fn the_device_image_reuses_the_loaded_runtime() {
         assert!(err.contains(omp_e2e::dist_lib().to_str().unwrap()), "our runtime was not the one loaded:\n{err}");
     }
 }
+
+#[test]
+fn kernels_with_hundreds_of_arguments() {
+    // 300 mapped scalars: more arguments than any fixed-arity call path.
+    let dir = scratch("runtime-many-args");
+    let src = dir.join("many.c");
+    let n = 300;
+    let mut c = String::from("#include <stdio.h>\nint main(void) {\n");
+    for i in 0..n {
+        c.push_str(&format!("  int v{i} = {i};\n"));
+    }
+    c.push_str("  #pragma omp target map(tofrom:");
+    c.push_str(&(0..n).map(|i| format!("v{i}")).collect::<Vec<_>>().join(","));
+    c.push_str(")\n  {\n");
+    for i in 0..n {
+        c.push_str(&format!("    v{i} = v{i} * 2 + 1;\n"));
+    }
+    c.push_str("  }\n  long s = 0;\n");
+    for i in 0..n {
+        c.push_str(&format!("  s += v{i};\n"));
+    }
+    c.push_str("  printf(\"sum=%ld\\n\", s);\n  return 0;\n}\n");
+    std::fs::write(&src, c).unwrap();
+    let expect = format!("sum={}", (0..n).map(|i| 2 * i + 1).sum::<i64>());
+    for llvm in ALL {
+        let exe = dir.join(format!("many{}", llvm.major()));
+        compile(llvm, &[&src], &exe, &[]);
+        let out = omp_e2e::run_ours(&exe, &[("OMP_TARGET_OFFLOAD", "MANDATORY")]);
+        assert!(out.contains(&expect), "{out}");
+    }
+}

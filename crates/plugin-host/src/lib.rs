@@ -157,12 +157,6 @@ impl Device for HostDevice {
 
     fn launch(&self, kernel: KernelId, args: &[usize], config: &LaunchConfig) -> Result<()> {
         let total = args.len() + usize::from(config.with_dyn_ptr);
-        if total > trampoline::MAX_ARGS {
-            return Err(PluginError(format!(
-                "kernel takes {total} arguments; the host device supports at most {}",
-                trampoline::MAX_ARGS
-            )));
-        }
         let mut buf = [0usize; 16];
         let mut heap;
         let all: &[usize] = if config.with_dyn_ptr {
