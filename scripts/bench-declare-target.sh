@@ -39,7 +39,7 @@ ms() { local s e; s=$(date +%s%N); "$@" >/dev/null 2>&1 || true; e=$(date +%s%N)
   echo '  return r == 0; }'; } > dag.c
 
 analysis() { "$OMPCC" --clang=clang-$V --flang=flang-new-$V -v --declare-target-check -fopenmp "$1" -o a.out 2>&1 \
-  | sed -n 's/.*declare target analysis: \(.*\)/\1/p' | head -1; }
+  | sed -n 's/.*declare target analysis: \(.* ms\) (graph + phases).*/\1/p' | head -1; }
 
 printf '%-22s %-44s %s\n' "input (LLVM $V)" "analysis (graph + phases)" "front end alone"
 printf '%-22s %-44s %s ms (clang -fsyntax-only -ast-dump)\n' "chain.c depth 24" "$(analysis chain.c)" \
@@ -50,3 +50,7 @@ printf '%-22s %-44s %s ms (clang -fsyntax-only -ast-dump)\n' "dag.c 10000 functi
   "$(ms clang-$V -fopenmp -fsyntax-only -Xclang -ast-dump dag.c)"
 echo "ordinary build of dag.c, without / with --declare-target-check:"
 echo "  $(ms "$OMPCC" --clang=clang-$V -fopenmp dag.c -o a.out) ms / $(ms "$OMPCC" --clang=clang-$V -fopenmp --declare-target-check dag.c -o a.out) ms"
+# Separate compilation: dag.c compiled with -c (its facts kept in dag.o), then dag.o linked.
+"$OMPCC" --clang=clang-$V -fopenmp --declare-target-check -c dag.c -o dag.o >/dev/null 2>&1 || true
+echo "dag.o from ompcc -c, linked: $("$OMPCC" --clang=clang-$V -v -fopenmp --declare-target-check dag.o -o a.out 2>&1 \
+  | sed -n 's/.*declare target analysis: .*, \([0-9.]* ms\) (graph + phases); \(.*\)/analysis \1; \2/p' | head -1)"

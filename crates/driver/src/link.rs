@@ -6,6 +6,7 @@
 use crate::args::{Item, Lang};
 use crate::bundle::{self, Container, EntryLayout};
 use crate::classify::{classify, Class};
+use crate::declare_target::graph::Unit as DtUnit;
 use crate::embed::{registration_asm, Embedded};
 use crate::error::{Error, Result};
 use crate::exec::Cmd;
@@ -76,7 +77,11 @@ pub fn link(ctx: &Ctx, compiled: &[Option<Compiled>], out: &str) -> Result<()> {
     let datas: Vec<(String, Vec<u8>)> =
         files.iter().filter_map(|f| std::fs::read(f).ok().map(|d| (f.clone(), d))).collect();
     let mut objects: Vec<Scanned> = Vec::new();
-    let mut archive_members: Vec<(String, Scanned, Vec<OffloadBinary>)> = Vec::new();
+    let mut archive_members: Vec<(String, Scanned, Vec<OffloadBinary>, Vec<DtUnit>)> = Vec::new();
+    // Declare-target facts that `ompcc -c` kept in objects (read only when the analysis is on).
+    let dt_on = args.declare_target.enabled();
+    let mut dt_units: Vec<DtUnit> = Vec::new();
+    let mut dt_read = std::time::Duration::ZERO;
     let mut found: Vec<(String, OffloadBinary)> = Vec::new();
     for (name, data) in &datas {
         match bundle::container(data) {
@@ -85,6 +90,11 @@ pub fn link(ctx: &Ctx, compiled: &[Option<Compiled>], out: &str) -> Result<()> {
                 note_layout(info.layout, name)?;
                 found.extend(info.images.into_iter().map(|b| (name.clone(), b)));
                 objects.push(Scanned { layout: info.layout, defines: info.defines, needs: info.needs });
+                if dt_on {
+                    let t = std::time::Instant::now();
+                    dt_units.extend(crate::declare_target::facts::read_object(name, data)?);
+                    dt_read += t.elapsed();
+                }
             }
             Container::Archive => {
                 let members = bundle::archive_members(name, data)?;
@@ -99,7 +109,11 @@ pub fn link(ctx: &Ctx, compiled: &[Option<Compiled>], out: &str) -> Result<()> {
                     let full = format!("{name}({member})");
                     let info = bundle::read_elf(&full, bytes, true)?;
                     let s = Scanned { layout: info.layout, defines: info.defines, needs: info.needs };
-                    archive_members.push((full, s, info.images));
+                    let t = std::time::Instant::now();
+                    let facts =
+                        if dt_on { crate::declare_target::facts::read_object(&full, bytes)? } else { Vec::new() };
+                    dt_read += t.elapsed();
+                    archive_members.push((full, s, info.images, facts));
                 }
             }
             _ => {}
@@ -107,12 +121,13 @@ pub fn link(ctx: &Ctx, compiled: &[Option<Compiled>], out: &str) -> Result<()> {
     }
     if !archive_members.is_empty() {
         let objs: Vec<_> = objects.iter().map(|o| (o.defines.clone(), o.needs.clone())).collect();
-        let mems: Vec<_> = archive_members.iter().map(|(_, s, _)| (s.defines.clone(), s.needs.clone())).collect();
+        let mems: Vec<_> = archive_members.iter().map(|(_, s, _, _)| (s.defines.clone(), s.needs.clone())).collect();
         let taken = bundle::select_members(&objs, &mems);
-        for ((name, s, images), take) in archive_members.into_iter().zip(taken) {
+        for ((name, s, images, facts), take) in archive_members.into_iter().zip(taken) {
             if take {
                 note_layout(s.layout, &name)?;
                 found.extend(images.into_iter().map(|b| (name.clone(), b)));
+                dt_units.extend(facts);
             }
         }
     }
@@ -135,18 +150,21 @@ pub fn link(ctx: &Ctx, compiled: &[Option<Compiled>], out: &str) -> Result<()> {
 
     // The declare-target analysis of the whole program, before the device link can fail.
     if args.declare_target.enabled() && !ctx.runner.dry_run {
-        let units: Vec<_> = compiled.iter().flatten().filter_map(|c| c.dt.clone()).collect();
+        let mut units: Vec<_> = compiled.iter().flatten().filter_map(|c| c.dt.clone()).collect();
+        let from_objects = dt_units.len();
+        units.append(&mut dt_units);
         let t = std::time::Instant::now();
         let analysis = crate::declare_target::check_program(&units);
         ctx.runner.note(&format!(
-            "declare target analysis: {} nodes, {} edges, {:.3} ms",
+            "declare target analysis: {} nodes, {} edges, {:.3} ms (graph + phases); {from_objects} unit(s) read from objects in {:.3} ms",
             analysis.graph.nodes.len(),
-            analysis.graph.edges.iter().map(Vec::len).sum::<usize>(),
-            t.elapsed().as_secs_f64() * 1e3
+            analysis.graph.edge_count(),
+            t.elapsed().as_secs_f64() * 1e3,
+            dt_read.as_secs_f64() * 1e3
         ));
         let removed = if args.declare_target.filter {
             let objs: Vec<(String, PathBuf)> = devices.iter().map(|d| (d.triple.clone(), d.path.clone())).collect();
-            let objcopy = format!("llvm-objcopy-{}", ctx.tc.clang.major);
+            let objcopy = crate::declare_target::objcopy(&ctx.tc.clang);
             crate::declare_target::filter_objects(&analysis, &objs, &objcopy)?
         } else {
             Vec::new()

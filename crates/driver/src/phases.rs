@@ -246,6 +246,12 @@ impl Ctx<'_> {
         be.arg(x).arg(format!("-fembed-offload-object={}", pack.display()));
         be.arg(bc.to_string_lossy()).arg("-o").arg(host.to_string_lossy());
         self.runner.run(&be)?;
+        if let Some(u) = &dt {
+            // Kept in the output so a later link can analyse the whole program.
+            let objcopy = crate::declare_target::objcopy(&self.tc.clang);
+            let scratch = self.temps.path(&st, "declare-target");
+            crate::declare_target::facts::keep(self.runner, &objcopy, u, &host, emit == Emit::Assembly, &scratch)?;
+        }
         Ok(Compiled { host, devices: Vec::new(), dt: None })
     }
 }

@@ -149,6 +149,54 @@ fn c_callee_in_another_file() {
     }
 }
 
+/// `ompcc -c` keeps each file's facts in its object: the link finds the same cross-file error
+/// as one command given both sources, from objects and from a static archive, and the good
+/// program links and runs.
+#[test]
+fn c_callee_in_another_file_compiled_separately() {
+    for llvm in ALL {
+        let dir = scratch(&format!("dt-sep-{}", llvm.major()));
+        let cc = |args: &[&str], what: &str| must(&ompcc_in(&dir, llvm, args), what);
+        let check = "--declare-target-check";
+        cc(&["-fopenmp", "-DUSE_PLAIN", check, "-c", &src("caller.c"), "-o", "caller_plain.o"], "ompcc -c caller.c");
+        cc(&["-fopenmp", check, "-c", &src("caller.c"), "-o", "caller.o"], "ompcc -c caller.c");
+        cc(&["-fopenmp", check, "-c", &src("callees.c"), "-o", "callees.o"], "ompcc -c callees.c");
+
+        // The error of the single-command build, word for word.
+        let one =
+            ompcc_in(&dir, llvm, &["-fopenmp", "-DUSE_PLAIN", check, &src("caller.c"), &src("callees.c"), "-o", "x"]);
+        let (_, one_err) = text(&one);
+        let expected = one_err.lines().find(|l| l.contains("'ext_plain'")).unwrap_or_else(|| panic!("{one_err}"));
+        let sep = ompcc_in(&dir, llvm, &["-fopenmp", check, "caller_plain.o", "callees.o", "-o", "app_bad"]);
+        let (_, err) = text(&sep);
+        assert!(!sep.status.success(), "{err}");
+        let line = err.lines().find(|l| l.contains("'ext_plain'")).unwrap_or_else(|| panic!("{err}"));
+        assert_eq!(line, expected);
+        assert!(line.contains("callees.c:6: 'ext_plain' is called from device code"), "{line}");
+        assert!(!err.contains("undefined reference"), "the analysis stops before the device link: {err}");
+
+        // The callee in a static archive member.
+        let ar = Command::new("ar").current_dir(&dir).args(["rcs", "libcallees.a", "callees.o"]).output();
+        let ar = ar.expect("run llvm-ar");
+        assert!(ar.status.success(), "{}", text(&ar).1);
+        let o = ompcc_in(&dir, llvm, &["-fopenmp", check, "caller_plain.o", "-L.", "-lcallees", "-o", "app_bad2"]);
+        let (_, err) = text(&o);
+        assert!(!o.status.success(), "{err}");
+        assert_eq!(err.lines().find(|l| l.contains("'ext_plain'")), Some(expected));
+
+        // Without the analysis the objects link as before (and the device link finds the gap).
+        let o = ompcc_in(&dir, llvm, &["-fopenmp", "caller_plain.o", "callees.o", "-o", "app_off"]);
+        assert!(!o.status.success() && text(&o).1.contains("undefined reference"), "{}", text(&o).1);
+
+        // The good program: the report resolves ext_marked to callees.c, and it runs.
+        let report = cc(&["-fopenmp", "--declare-target-report", "caller.o", "callees.o", "-o", "app"], "link");
+        let r = row(&report, "ext_marked");
+        assert!(r.contains("any") && r.contains("explicit") && r.contains("callees.c:3"), "{r}");
+        assert!(!report.contains("deferred"), "{report}");
+        assert_eq!(run(&dir.join("app")).trim(), "r=42");
+    }
+}
+
 #[test]
 fn fortran_module_function_chain_and_merge() {
     for llvm in ALL {

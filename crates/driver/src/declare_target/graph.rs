@@ -1,8 +1,10 @@
 //! What a front end says about one translation unit (functions, their `declare target` marks,
 //! target regions and references), and the program graph those facts merge into.
 
+use std::borrow::Cow;
 use std::collections::HashMap;
 use std::fmt;
+use std::hash::{BuildHasherDefault, Hasher};
 
 /// `device_type` of a `declare target` mark. The join of `Host` and `NoHost` is `Any`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -212,18 +214,20 @@ impl Unit {
 }
 
 /// A node of the program graph: a function (or variable) merged across units, or a region.
+/// It borrows names and places from the units, so building the graph copies no strings.
 #[derive(Debug, Clone)]
-pub struct Node {
-    pub sym: String,
-    pub name: String,
+pub struct Node<'u> {
+    pub sym: &'u str,
+    /// The name a user wrote (regions: `target region in <function>`).
+    pub name: Cow<'u, str>,
     pub kind: NodeKind,
     /// Where it is defined (unit index and place), if any unit defines it.
-    pub def: Option<(usize, Loc)>,
+    pub def: Option<(usize, &'u Loc)>,
     /// Where it is declared (first declaration seen) when not defined.
-    pub decl: Loc,
+    pub decl: &'u Loc,
     pub system: bool,
     /// Explicit marks from every unit, in order.
-    pub marks: Vec<Mark>,
+    pub marks: Vec<&'u Mark>,
     pub has_target: bool,
 }
 
@@ -237,103 +241,183 @@ pub enum NodeKind {
 }
 
 /// An edge of the program graph.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Edge {
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Edge<'u> {
     pub to: usize,
     pub kind: RefKind,
-    pub loc: Loc,
+    pub loc: &'u Loc,
     /// The unit whose code holds the reference.
     pub unit: usize,
 }
 
 /// Functions, variables and target regions of one or more units, with references as edges.
 #[derive(Debug, Clone, Default)]
-pub struct Graph {
-    pub nodes: Vec<Node>,
-    /// Outgoing edges per node.
-    pub edges: Vec<Vec<Edge>>,
+pub struct Graph<'u> {
+    pub nodes: Vec<Node<'u>>,
+    /// Every edge, grouped by source node: node `n`'s are `edges[first[n]..first[n + 1]]`.
+    edges: Vec<Edge<'u>>,
+    first: Vec<usize>,
     /// Per unit: node of each of its functions (same order as [`Unit::funcs`]).
     pub unit_nodes: Vec<Vec<usize>>,
     /// Per unit: node of each of its regions.
     pub unit_regions: Vec<Vec<usize>>,
 }
 
-impl Graph {
+/// FxHash (rustc's): symbol keys are short and trusted, SipHash's cost buys nothing here.
+#[derive(Default, Clone, Copy)]
+struct Fx(u64);
+
+impl Hasher for Fx {
+    fn write(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for c in &mut chunks {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(c);
+            self.add(u64::from_le_bytes(w));
+        }
+        for &b in chunks.remainder() {
+            self.add(u64::from(b));
+        }
+    }
+
+    fn write_usize(&mut self, n: usize) {
+        self.add(n as u64);
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+impl Fx {
+    fn add(&mut self, w: u64) {
+        self.0 = (self.0.rotate_left(5) ^ w).wrapping_mul(0x51_7c_c1_b7_27_22_0a_95);
+    }
+}
+
+/// Key of a symbol: external ones merge across units; internal ones carry their unit.
+type SymKey<'u> = (usize, &'u str);
+const EXTERNAL: usize = usize::MAX;
+
+impl<'u> Graph<'u> {
     /// Merges units into one graph; external symbols of the same name become one node, which is
     /// how a declaration in one file is resolved to the definition in another (deferred marking).
-    pub fn build(units: &[Unit]) -> Graph {
-        let mut g = Graph::default();
-        let mut by_sym: HashMap<String, usize> = HashMap::new();
+    /// Linear in functions plus references; nothing is copied but region names.
+    pub fn build(units: &'u [Unit]) -> Graph<'u> {
+        let nfuncs: usize = units.iter().map(|u| u.funcs.len() + u.regions.len()).sum();
+        let nrefs: usize = units
+            .iter()
+            .map(|u| {
+                u.funcs.iter().map(|f| f.refs.len()).sum::<usize>()
+                    + u.regions.iter().map(|r| r.refs.len()).sum::<usize>()
+            })
+            .sum();
+        let mut g = Graph { nodes: Vec::with_capacity(nfuncs), ..Graph::default() };
+        let mut by_sym: HashMap<SymKey<'u>, usize, BuildHasherDefault<Fx>> =
+            HashMap::with_capacity_and_hasher(nfuncs, BuildHasherDefault::default());
+        // (from, edge) in unit and reference order; grouped by `from` below.
+        let mut raw: Vec<(usize, Edge<'u>)> = Vec::with_capacity(nrefs);
         for (u, unit) in units.iter().enumerate() {
             let mut ids = Vec::with_capacity(unit.funcs.len());
             for f in &unit.funcs {
-                let key = if f.local { format!("{}#{}", unit.file, f.sym) } else { f.sym.clone() };
-                let id = *by_sym.entry(key).or_insert_with(|| {
+                let key = (if f.local { u } else { EXTERNAL }, f.sym.as_str());
+                let next = g.nodes.len();
+                let id = *by_sym.entry(key).or_insert(next);
+                if id == next {
                     g.nodes.push(Node {
-                        sym: f.sym.clone(),
-                        name: f.name.clone(),
+                        sym: &f.sym,
+                        name: Cow::Borrowed(&f.name),
                         kind: match f.kind {
                             SymKind::Function => NodeKind::Function,
                             SymKind::Variable => NodeKind::Variable,
                         },
                         def: None,
-                        decl: f.loc.clone(),
+                        decl: &f.loc,
                         system: f.system,
                         marks: Vec::new(),
                         has_target: false,
                     });
-                    g.edges.push(Vec::new());
-                    g.nodes.len() - 1
-                });
+                }
                 let n = &mut g.nodes[id];
                 if f.defined && n.def.is_none() {
-                    n.def = Some((u, f.loc.clone()));
-                    n.name = f.name.clone();
+                    n.def = Some((u, &f.loc));
+                    n.name = Cow::Borrowed(&f.name);
                 }
                 n.system &= f.system;
                 n.has_target |= f.has_target;
-                n.marks.extend(f.marks.iter().cloned());
+                n.marks.extend(f.marks.iter());
                 ids.push(id);
             }
             for (i, f) in unit.funcs.iter().enumerate() {
                 let from = ids[i];
                 for r in &f.refs {
                     if let Some(&to) = ids.get(r.to) {
-                        g.edges[from].push(Edge { to, kind: r.kind, loc: r.loc.clone(), unit: u });
+                        raw.push((from, Edge { to, kind: r.kind, loc: &r.loc, unit: u }));
                     }
                 }
             }
             let mut regs = Vec::with_capacity(unit.regions.len());
             for r in &unit.regions {
                 let parent = r.parent.and_then(|p| ids.get(p).copied());
-                let pname = parent.map_or_else(|| "?".to_string(), |p| g.nodes[p].name.clone());
+                let pname = parent.map_or("?", |p| &*g.nodes[p].name);
                 g.nodes.push(Node {
-                    sym: String::new(),
-                    name: format!("target region in {pname}"),
+                    sym: "",
+                    name: Cow::Owned(format!("target region in {pname}")),
                     kind: NodeKind::Region(parent),
-                    def: Some((u, r.loc.clone())),
-                    decl: r.loc.clone(),
+                    def: Some((u, &r.loc)),
+                    decl: &r.loc,
                     system: false,
                     marks: Vec::new(),
                     has_target: false,
                 });
                 let id = g.nodes.len() - 1;
-                let edges = r
-                    .refs
-                    .iter()
-                    .filter_map(|e| ids.get(e.to).map(|&to| Edge { to, kind: e.kind, loc: e.loc.clone(), unit: u }))
-                    .collect();
-                g.edges.push(edges);
+                for e in &r.refs {
+                    if let Some(&to) = ids.get(e.to) {
+                        raw.push((id, Edge { to, kind: e.kind, loc: &e.loc, unit: u }));
+                    }
+                }
                 regs.push(id);
             }
             g.unit_nodes.push(ids);
             g.unit_regions.push(regs);
         }
+        // Group by source node, keeping each node's edges in reference order: one unit whose
+        // functions are all distinct is already grouped; otherwise a counting sort.
+        let n = g.nodes.len();
+        let mut first = vec![0usize; n + 1];
+        for &(from, _) in &raw {
+            first[from + 1] += 1;
+        }
+        for i in 0..n {
+            first[i + 1] += first[i];
+        }
+        if raw.windows(2).all(|w| w[0].0 <= w[1].0) {
+            g.edges = raw.into_iter().map(|(_, e)| e).collect();
+        } else if let Some(&(_, fill)) = raw.first() {
+            let mut next = first.clone();
+            let mut edges = vec![fill; raw.len()];
+            for (from, e) in raw {
+                edges[next[from]] = e;
+                next[from] += 1;
+            }
+            g.edges = edges;
+        }
+        g.first = first;
         g
     }
 
+    /// The outgoing edges of node `n`, in reference order.
+    pub fn out(&self, n: usize) -> &[Edge<'u>] {
+        &self.edges[self.first[n]..self.first[n + 1]]
+    }
+
+    /// The number of edges.
+    pub fn edge_count(&self) -> usize {
+        self.edges.len()
+    }
+
     /// Where a node is: its definition, else its first declaration.
-    pub fn loc(&self, n: usize) -> &Loc {
-        self.nodes[n].def.as_ref().map_or(&self.nodes[n].decl, |(_, l)| l)
+    pub fn loc(&self, n: usize) -> &'u Loc {
+        self.nodes[n].def.map_or(self.nodes[n].decl, |(_, l)| l)
     }
 }

@@ -7,6 +7,7 @@
 //! `--declare-target-filter`): it costs one extra front-end run per source.
 
 pub mod clang_ast;
+pub mod facts;
 pub mod fortran;
 pub mod graph;
 pub mod phases;
@@ -16,8 +17,9 @@ use crate::args::{Input, Lang};
 use crate::error::{Error, Result};
 use crate::exec::Cmd;
 use crate::toolchain::Tool;
-use graph::{Compiler, Unit};
+use graph::{Compiler, DeviceType, Unit};
 use phases::Analysis;
+use std::collections::HashMap;
 use std::io::{BufReader, Write};
 use std::process::{Command, Stdio};
 
@@ -194,15 +196,22 @@ fn shell_words(line: &str) -> Vec<String> {
 /// the source, flang's rules) finds a function unmarked that flang marked, the source scan
 /// missed a directive: take flang's mark as explicit, at the function.
 fn reconcile_with_flang(unit: &mut Unit) {
-    let local = graph::Graph::build(std::slice::from_ref(unit));
-    let m = phases::mark(&local, phases::Policy::of(Compiler::Flang));
-    let marks = unit.compiler_marks.clone();
-    for (sym, dt) in marks {
-        let Some(i) = unit.funcs.iter().position(|f| f.sym == sym) else { continue };
-        if m.device_type(i).is_none() {
-            let loc = unit.funcs[i].loc.clone();
-            unit.funcs[i].marks.push(graph::Mark { dt, cap: graph::Capture::To, loc });
-        }
+    let missed: Vec<(usize, DeviceType)> = {
+        let local = graph::Graph::build(std::slice::from_ref(unit));
+        let m = phases::mark(&local, phases::Policy::of(Compiler::Flang));
+        let by_sym: HashMap<&str, usize> =
+            unit.funcs.iter().enumerate().rev().map(|(i, f)| (f.sym.as_str(), i)).collect();
+        unit.compiler_marks
+            .iter()
+            .filter_map(|(sym, dt)| {
+                let i = *by_sym.get(sym.as_str())?;
+                m.device_type(local.unit_nodes[0][i]).is_none().then_some((i, *dt))
+            })
+            .collect()
+    };
+    for (i, dt) in missed {
+        let loc = unit.funcs[i].loc.clone();
+        unit.funcs[i].marks.push(graph::Mark { dt, cap: graph::Capture::To, loc });
     }
 }
 
@@ -226,8 +235,23 @@ fn relativize(unit: &mut Unit) {
     }
 }
 
+/// The llvm-objcopy that goes with `clang`: next to it (after links), else
+/// `llvm-objcopy-<major>` or `llvm-objcopy` on the PATH.
+pub fn objcopy(clang: &Tool) -> String {
+    let real = std::fs::canonicalize(&clang.path).unwrap_or_else(|_| clang.path.clone());
+    if let Some(p) = real.parent().map(|d| d.join("llvm-objcopy")).filter(|p| p.is_file()) {
+        return p.to_string_lossy().into_owned();
+    }
+    let versioned = format!("llvm-objcopy-{}", clang.major);
+    if crate::toolchain::which(&versioned).is_some() {
+        versioned
+    } else {
+        "llvm-objcopy".to_string()
+    }
+}
+
 /// Prints the report (when asked) and the problems; errors stop the build.
-pub fn finish(opts: &Options, a: &Analysis, units: &[Unit], removed: &[(String, String)]) -> Result<()> {
+pub fn finish(opts: &Options, a: &Analysis<'_>, units: &[Unit], removed: &[(String, String)]) -> Result<()> {
     if let Some(dest) = &opts.report {
         let text = report::render(a, units, removed);
         if dest == "-" {
@@ -264,7 +288,7 @@ pub fn check_unit(opts: &Options, unit: &Unit) -> Result<()> {
 }
 
 /// The analysis of the whole program at link time.
-pub fn check_program(units: &[Unit]) -> Analysis {
+pub fn check_program(units: &[Unit]) -> Analysis<'_> {
     phases::analyze(units, true)
 }
 
@@ -273,13 +297,13 @@ pub fn check_program(units: &[Unit]) -> Analysis {
 /// the device link (`--no-undefined`) then proves nothing on the device still needed it.
 /// Returns `(symbol, what happened)` for the report.
 pub fn filter_objects(
-    a: &Analysis,
+    a: &Analysis<'_>,
     objs: &[(String, std::path::PathBuf)],
     objcopy: &str,
 ) -> Result<Vec<(String, String)>> {
     use object::{Object, ObjectSection, ObjectSymbol};
     let host_only: std::collections::HashSet<&str> =
-        a.host_only.iter().filter(|&&n| !a.graph.nodes[n].has_target).map(|&n| a.graph.nodes[n].sym.as_str()).collect();
+        a.host_only.iter().filter(|&&n| !a.graph.nodes[n].has_target).map(|&n| a.graph.nodes[n].sym).collect();
     let mut out = Vec::new();
     for (triple, path) in objs {
         let data = std::fs::read(path).map_err(|e| Error::new(format!("cannot read {}: {e}", path.display())))?;

@@ -41,26 +41,26 @@ pub enum Via {
 }
 
 /// The explicit mark of a node after merging its directives.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Explicit {
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Explicit<'u> {
     pub dt: DeviceType,
     pub cap: Capture,
-    pub loc: Loc,
+    pub loc: &'u Loc,
 }
 
 /// Two directives gave one symbol different device types (merged to `any`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Conflict {
+pub struct Conflict<'u> {
     pub node: usize,
-    pub first: (DeviceType, Loc),
-    pub second: (DeviceType, Loc),
+    pub first: (DeviceType, &'u Loc),
+    pub second: (DeviceType, &'u Loc),
 }
 
 /// The result of marking.
 #[derive(Debug, Clone)]
-pub struct Marking {
-    pub explicit: Vec<Option<Explicit>>,
-    pub conflicts: Vec<Conflict>,
+pub struct Marking<'u> {
+    pub explicit: Vec<Option<Explicit<'u>>>,
+    pub conflicts: Vec<Conflict<'u>>,
     /// Reached from device code (target regions, explicit nohost/any functions).
     pub device: Vec<Option<Via>>,
     /// Reached from explicit host/any functions.
@@ -69,7 +69,7 @@ pub struct Marking {
     inherited_cap: Vec<Option<Capture>>,
 }
 
-impl Marking {
+impl Marking<'_> {
     /// The final device type of a node (`None`: unmarked, which the device treats as host).
     pub fn device_type(&self, n: usize) -> Option<DeviceType> {
         let mut dt = self.explicit[n].as_ref().map(|e| e.dt);
@@ -94,17 +94,17 @@ impl Marking {
 
 /// Phase 1: merges each node's directives as flang's lowering does: the first sets the type and
 /// clause; a later one with another type makes it `any` (with that directive's clause).
-pub fn explicit(g: &Graph) -> (Vec<Option<Explicit>>, Vec<Conflict>) {
+pub fn explicit<'u>(g: &Graph<'u>) -> (Vec<Option<Explicit<'u>>>, Vec<Conflict<'u>>) {
     let mut out = Vec::with_capacity(g.nodes.len());
     let mut conflicts = Vec::new();
     for (i, n) in g.nodes.iter().enumerate() {
         let mut cur: Option<Explicit> = None;
         for m in &n.marks {
             cur = Some(match cur {
-                None => Explicit { dt: m.dt, cap: m.cap, loc: m.loc.clone() },
+                None => Explicit { dt: m.dt, cap: m.cap, loc: &m.loc },
                 Some(c) if c.dt == m.dt => c,
                 Some(c) => {
-                    conflicts.push(Conflict { node: i, first: (c.dt, c.loc.clone()), second: (m.dt, m.loc.clone()) });
+                    conflicts.push(Conflict { node: i, first: (c.dt, c.loc), second: (m.dt, &m.loc) });
                     Explicit { dt: DeviceType::Any, cap: m.cap, loc: c.loc }
                 }
             });
@@ -116,15 +116,14 @@ pub fn explicit(g: &Graph) -> (Vec<Option<Explicit>>, Vec<Conflict>) {
 
 /// Phases 1 and 2 on a graph: explicit marks, then implicit marking along the edges `policy`
 /// follows. Linear in nodes plus edges.
-pub fn mark(g: &Graph, policy: Policy) -> Marking {
+pub fn mark<'u>(g: &Graph<'u>, policy: Policy) -> Marking<'u> {
     let (explicit, conflicts) = explicit(g);
     let n = g.nodes.len();
     let mut inherited_cap = vec![None; n];
-    let dev_roots = (0..n).filter(|&i| {
-        matches!(g.nodes[i].kind, NodeKind::Region(_)) || explicit[i].as_ref().is_some_and(|e| e.dt.on_device())
-    });
+    let dev_roots = (0..n)
+        .filter(|&i| matches!(g.nodes[i].kind, NodeKind::Region(_)) || explicit[i].is_some_and(|e| e.dt.on_device()));
     let device = search(g, policy, dev_roots, &explicit, &mut inherited_cap);
-    let host_roots = (0..n).filter(|&i| explicit[i].as_ref().is_some_and(|e| e.dt != DeviceType::NoHost));
+    let host_roots = (0..n).filter(|&i| explicit[i].is_some_and(|e| e.dt != DeviceType::NoHost));
     let host = search(g, policy, host_roots, &explicit, &mut inherited_cap);
     Marking { explicit, conflicts, device, host, inherited_cap }
 }
@@ -137,16 +136,17 @@ fn search(
     explicit: &[Option<Explicit>],
     cap: &mut [Option<Capture>],
 ) -> Vec<Option<Via>> {
+    // Plain vectors indexed by node, one pass over each edge list: no lookups by name.
     let mut via: Vec<Option<Via>> = vec![None; g.nodes.len()];
     let mut root_cap: Vec<Capture> = vec![Capture::To; g.nodes.len()];
     let mut queue = VecDeque::new();
     for r in roots {
         via[r] = Some(Via::Root);
-        root_cap[r] = explicit[r].as_ref().map_or(Capture::To, |e| e.cap);
+        root_cap[r] = explicit[r].map_or(Capture::To, |e| e.cap);
         queue.push_back(r);
     }
     while let Some(u) = queue.pop_front() {
-        for (k, e) in g.edges[u].iter().enumerate() {
+        for (k, e) in g.out(u).iter().enumerate() {
             if !policy.follows(e.kind) || via[e.to].is_some() {
                 continue;
             }
@@ -162,15 +162,15 @@ fn search(
 }
 
 /// The chain of nodes and edges from a root to `n` in a search: `[(root, None), (a, Some(edge)), …]`.
-pub fn chain(g: &Graph, via: &[Option<Via>], n: usize) -> Vec<(usize, Option<(RefKind, Loc)>)> {
+pub fn chain<'u>(g: &Graph<'u>, via: &[Option<Via>], n: usize) -> Vec<(usize, Option<(RefKind, &'u Loc)>)> {
     let mut out = Vec::new();
     let mut cur = n;
     // A search tree has no cycles; the bound only guards against a corrupt `via`.
     for _ in 0..=g.nodes.len() {
         match via[cur] {
             Some(Via::Edge { from, edge }) => {
-                let e = &g.edges[from][edge];
-                out.push((cur, Some((e.kind, e.loc.clone()))));
+                let e = &g.out(from)[edge];
+                out.push((cur, Some((e.kind, e.loc))));
                 cur = from;
             }
             _ => {
@@ -185,20 +185,20 @@ pub fn chain(g: &Graph, via: &[Option<Via>], n: usize) -> Vec<(usize, Option<(Re
 
 /// What a check found.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Problem {
+pub enum Problem<'u> {
     /// A `device_type(host)` function is reached from device code.
-    HostOnlyOnDevice { node: usize, mark: Loc },
+    HostOnlyOnDevice { node: usize, mark: &'u Loc },
     /// A function reached from device code is defined in another unit that does not put it on
     /// the device (no `declare target` there).
-    NotOnDevice { node: usize, def_unit: usize, def: Loc },
+    NotOnDevice { node: usize, def_unit: usize, def: &'u Loc },
     /// A function whose address is used on the device, which its compiler leaves out of the
     /// device code (flang turns the address into undef).
-    AddressNotOnDevice { node: usize, def_unit: usize, def: Loc },
+    AddressNotOnDevice { node: usize, def_unit: usize, def: &'u Loc },
     /// A function reached from device code is only declared in this unit; resolved at link.
     Deferred { node: usize },
 }
 
-impl Problem {
+impl Problem<'_> {
     /// The node the problem is about.
     pub fn node(&self) -> usize {
         match *self {
@@ -217,10 +217,10 @@ impl Problem {
 
 /// The whole analysis of a program (or of one unit, when `complete` is false).
 #[derive(Debug, Clone)]
-pub struct Analysis {
-    pub graph: Graph,
-    pub marking: Marking,
-    pub problems: Vec<Problem>,
+pub struct Analysis<'u> {
+    pub graph: Graph<'u>,
+    pub marking: Marking<'u>,
+    pub problems: Vec<Problem<'u>>,
     /// Functions defined in the sources that the device does not need (host only).
     pub host_only: Vec<usize>,
     /// For each node, one reference to it from device code (node, edge index), if any.
@@ -229,47 +229,60 @@ pub struct Analysis {
 
 /// Runs every phase. `complete`: the units are the whole program (link), so a function no
 /// unit defines is external rather than deferred.
-pub fn analyze(units: &[Unit], complete: bool) -> Analysis {
+pub fn analyze(units: &[Unit], complete: bool) -> Analysis<'_> {
     let graph = Graph::build(units);
     let marking = mark(&graph, Policy::ALL_REFS);
-    // What each compiler will emit, from its own unit and its own rules.
-    let emitted: Vec<Vec<bool>> = units
-        .iter()
-        .map(|u| {
-            // One unit: its graph is the program's (same node order), no need to build it again.
-            let own;
-            let local = if units.len() == 1 {
-                &graph
-            } else {
-                own = Graph::build(std::slice::from_ref(u));
-                &own
-            };
-            let m = mark(local, Policy::of(u.compiler));
-            (0..u.funcs.len())
-                .map(|i| {
-                    let dt = m.device_type(i);
-                    match u.compiler {
-                        // clang declares, but does not emit, device_type(host) functions.
-                        Compiler::Clang => {
-                            dt.is_some_and(DeviceType::on_device)
-                                && !matches!(&m.explicit[i], Some(e) if e.dt == DeviceType::Host)
-                        }
-                        Compiler::Flang => dt.is_some_and(DeviceType::on_device),
-                    }
-                })
-                .collect()
-        })
-        .collect();
     let g = &graph;
-    // Who refers to each node from device code (explicit roots may also be referenced).
-    let mut dev_pred: Vec<Option<(usize, usize)>> = vec![None; g.nodes.len()];
-    for (u, edges) in g.edges.iter().enumerate() {
-        if marking.device[u].is_some() {
-            for (k, e) in edges.iter().enumerate() {
-                if dev_pred[e.to].is_none() && e.to != u {
-                    dev_pred[e.to] = Some((u, k));
-                }
+    // What each defining compiler emits for the device, by node, from its own unit and its own
+    // rules (a definition in unit u is emitted when u's compiler, alone, puts it on the device).
+    let mut emitted = vec![false; g.nodes.len()];
+    for (u, unit) in units.iter().enumerate() {
+        let policy = Policy::of(unit.compiler);
+        // One unit: its graph is the program's, and with clang's policy so is its marking.
+        let (own_graph, own_marking);
+        let (local, m) = if units.len() == 1 {
+            if policy == Policy::ALL_REFS {
+                (g, &marking)
+            } else {
+                own_marking = mark(g, policy);
+                (g, &own_marking)
             }
+        } else {
+            own_graph = Graph::build(std::slice::from_ref(unit));
+            own_marking = mark(&own_graph, policy);
+            (&own_graph, &own_marking)
+        };
+        for (i, f) in unit.funcs.iter().enumerate() {
+            let n = g.unit_nodes[u][i];
+            if !f.defined || g.nodes[n].def.is_none_or(|(du, _)| du != u) {
+                continue;
+            }
+            let l = local.unit_nodes[0][i];
+            let dt = m.device_type(l);
+            emitted[n] = match unit.compiler {
+                // clang declares, but does not emit, device_type(host) functions.
+                Compiler::Clang => {
+                    dt.is_some_and(DeviceType::on_device)
+                        && !matches!(m.explicit[l], Some(e) if e.dt == DeviceType::Host)
+                }
+                Compiler::Flang => dt.is_some_and(DeviceType::on_device),
+            };
+        }
+    }
+    // Who refers to each node from device code (explicit roots may also be referenced), and
+    // whether any device reference calls it (rather than only taking its address).
+    let mut dev_pred: Vec<Option<(usize, usize)>> = vec![None; g.nodes.len()];
+    let (mut dev_called, mut dev_addressed) = (vec![false; g.nodes.len()], vec![false; g.nodes.len()]);
+    for u in 0..g.nodes.len() {
+        if marking.device[u].is_none() {
+            continue;
+        }
+        for (k, e) in g.out(u).iter().enumerate() {
+            if dev_pred[e.to].is_none() && e.to != u {
+                dev_pred[e.to] = Some((u, k));
+            }
+            dev_called[e.to] |= e.kind == RefKind::Call;
+            dev_addressed[e.to] |= e.kind == RefKind::Address;
         }
     }
     let mut problems = Vec::new();
@@ -289,51 +302,34 @@ pub fn analyze(units: &[Unit], complete: bool) -> Analysis {
         }
         if let Some(e) = &marking.explicit[n] {
             if e.dt == DeviceType::Host {
-                problems.push(Problem::HostOnlyOnDevice { node: n, mark: e.loc.clone() });
+                problems.push(Problem::HostOnlyOnDevice { node: n, mark: e.loc });
                 continue;
             }
         }
         if via == Via::Root && dev_pred[n].is_none() {
             continue;
         }
-        match &node.def {
+        match node.def {
             None => {
                 if !complete {
                     problems.push(Problem::Deferred { node: n });
                 }
             }
             Some((u, def)) => {
-                let local = g.unit_nodes[*u].iter().position(|&x| x == n);
-                if local.is_some_and(|i| emitted[*u][i]) {
+                if emitted[n] {
                     continue;
                 }
-                let by_address = device_refs_are_addresses(g, &marking, n);
+                // Device code only takes its address, never calls it.
+                let by_address = dev_addressed[n] && !dev_called[n];
                 problems.push(if by_address {
-                    Problem::AddressNotOnDevice { node: n, def_unit: *u, def: def.clone() }
+                    Problem::AddressNotOnDevice { node: n, def_unit: u, def }
                 } else {
-                    Problem::NotOnDevice { node: n, def_unit: *u, def: def.clone() }
+                    Problem::NotOnDevice { node: n, def_unit: u, def }
                 });
             }
         }
     }
     Analysis { graph, marking, problems, host_only, dev_pred }
-}
-
-/// True when every device-side reference to `n` takes its address (none calls it).
-fn device_refs_are_addresses(g: &Graph, m: &Marking, n: usize) -> bool {
-    let mut any = false;
-    for (u, edges) in g.edges.iter().enumerate() {
-        if m.device[u].is_none() {
-            continue;
-        }
-        for e in edges.iter().filter(|e| e.to == n) {
-            if e.kind == RefKind::Call {
-                return false;
-            }
-            any = true;
-        }
-    }
-    any
 }
 
 #[cfg(test)]
@@ -375,11 +371,12 @@ mod tests {
         let mut a = f("a", true);
         a.marks = vec![mark_of(DeviceType::Host, Capture::Enter, 3), mark_of(DeviceType::NoHost, Capture::To, 4)];
         let u = unit(vec![a], vec![]);
-        let an = analyze(&[u], true);
+        let units = [u];
+        let an = analyze(&units, true);
         assert_eq!(an.marking.device_type(0), Some(DeviceType::Any));
         assert_eq!(an.marking.capture(0), Some(Capture::To));
         assert_eq!(an.marking.conflicts.len(), 1);
-        assert_eq!(an.marking.conflicts[0].first, (DeviceType::Host, l(3)));
+        assert_eq!(an.marking.conflicts[0].first, (DeviceType::Host, &l(3)));
     }
 
     #[test]
@@ -394,7 +391,8 @@ mod tests {
         h.marks = vec![mark_of(DeviceType::Host, Capture::Enter, 7)];
         h.refs = vec![call(1)];
         let u = unit(vec![a, b, c, h], vec![region(vec![call(0)])]);
-        let an = analyze(&[u], true);
+        let units = [u];
+        let an = analyze(&units, true);
         let m = &an.marking;
         assert_eq!(m.device_type(0), Some(DeviceType::NoHost));
         assert_eq!(m.device_type(1), Some(DeviceType::Any));
@@ -402,7 +400,7 @@ mod tests {
         assert_eq!(m.device_type(3), Some(DeviceType::Host));
         assert_eq!(m.capture(2), Some(Capture::To));
         let ch = chain(&an.graph, &m.device, 2);
-        let names: Vec<&str> = ch.iter().map(|(n, _)| an.graph.nodes[*n].name.as_str()).collect();
+        let names: Vec<&str> = ch.iter().map(|(n, _)| &*an.graph.nodes[*n].name).collect();
         assert_eq!(names, ["target region in ?", "a", "b", "c"]);
         assert!(an.problems.is_empty(), "{:?}", an.problems);
         assert_eq!(an.host_only, vec![3], "h is device_type(host) and nothing on the device uses it");
@@ -415,7 +413,8 @@ mod tests {
         let mut b = f("rec_b", true);
         b.refs = vec![call(0), call(1)];
         let u = unit(vec![a, b], vec![region(vec![call(0)])]);
-        let an = analyze(&[u], true);
+        let units = [u];
+        let an = analyze(&units, true);
         assert_eq!(an.marking.device_type(0), Some(DeviceType::NoHost));
         assert_eq!(an.marking.device_type(1), Some(DeviceType::NoHost));
     }
@@ -426,8 +425,9 @@ mod tests {
         h.marks = vec![mark_of(DeviceType::Host, Capture::To, 3)];
         let other = f("unused", true);
         let u = unit(vec![h, other], vec![region(vec![call(0)])]);
-        let an = analyze(&[u], true);
-        assert_eq!(an.problems, vec![Problem::HostOnlyOnDevice { node: 0, mark: l(3) }]);
+        let units = [u];
+        let an = analyze(&units, true);
+        assert_eq!(an.problems, vec![Problem::HostOnlyOnDevice { node: 0, mark: &l(3) }]);
         assert_eq!(an.host_only, vec![1]);
     }
 
@@ -440,17 +440,20 @@ mod tests {
         ub.file = "b.c".into();
         let single = analyze(std::slice::from_ref(&ua), false);
         assert_eq!(single.problems, vec![Problem::Deferred { node: 0 }]);
-        let an = analyze(&[ua.clone(), ub.clone()], true);
+        let units = [ua.clone(), ub.clone()];
+        let an = analyze(&units, true);
         assert!(matches!(an.problems[..], [Problem::NotOnDevice { node: 0, def_unit: 1, .. }]), "{:?}", an.problems);
         ub.funcs[0].marks = vec![mark_of(DeviceType::Any, Capture::To, 1)];
-        let an = analyze(&[ua.clone(), ub], true);
+        let units = [ua.clone(), ub];
+        let an = analyze(&units, true);
         assert!(an.problems.is_empty(), "{:?}", an.problems);
         assert_eq!(an.marking.device_type(0), Some(DeviceType::Any));
         // A mark on the declaration in a.c also reaches the definition in b.c (one node) but
         // clang does not emit b.c's unmarked definition: still an error.
         let mut ua2 = ua;
         ua2.funcs[0].marks = vec![mark_of(DeviceType::Any, Capture::To, 1)];
-        let an = analyze(&[ua2, unit(vec![f("ext", true)], vec![])], true);
+        let units = [ua2, unit(vec![f("ext", true)], vec![])];
+        let an = analyze(&units, true);
         assert!(matches!(an.problems[..], [Problem::NotOnDevice { .. }]), "{:?}", an.problems);
     }
 
@@ -464,7 +467,8 @@ mod tests {
         let clang = analyze(std::slice::from_ref(&u), true);
         assert!(clang.problems.is_empty(), "{:?}", clang.problems);
         u.compiler = Compiler::Flang;
-        let flang = analyze(&[u], true);
+        let units = [u];
+        let flang = analyze(&units, true);
         assert!(matches!(flang.problems[..], [Problem::AddressNotOnDevice { node: 1, .. }]), "{:?}", flang.problems);
     }
 
@@ -484,7 +488,8 @@ mod tests {
     fn linear_on_a_10000_node_dag() {
         let u = wide_dag(10_000);
         let t = std::time::Instant::now();
-        let an = analyze(&[u], true);
+        let units = [u];
+        let an = analyze(&units, true);
         let dt = t.elapsed();
         assert!((0..10_000).all(|i| an.marking.device_type(i) == Some(DeviceType::NoHost)));
         // A per-path walk would never finish (Fibonacci(10000) paths); this is milliseconds
@@ -492,5 +497,23 @@ mod tests {
         assert!(dt.as_secs_f64() < 2.0, "{dt:?}");
         let ch = chain(&an.graph, &an.marking.device, 9_999);
         assert_eq!(ch.len(), 1 + 5_001, "BFS gives the shortest chain: region, f0, f2, …, f9998, f9999");
+    }
+
+    #[test]
+    fn time_grows_linearly_with_the_graph() {
+        // Best of three for 5,000 and 40,000 functions: linear is 8x, quadratic would be 64x.
+        let best = |n: usize| {
+            let units = [wide_dag(n)];
+            (0..3)
+                .map(|_| {
+                    let t = std::time::Instant::now();
+                    let an = analyze(&units, true);
+                    assert_eq!(an.graph.edge_count(), 2 * n - 2);
+                    t.elapsed().as_secs_f64()
+                })
+                .fold(f64::INFINITY, f64::min)
+        };
+        let (small, large) = (best(5_000), best(40_000));
+        assert!(large < small * 24.0 + 0.005, "5,000: {small:.6} s, 40,000: {large:.6} s");
     }
 }

@@ -10,7 +10,7 @@ const CHAIN_MAX: usize = 8;
 /// `target region in main (a.c:18) -> mid (call at a.c:19) -> leaf (call at a.c:9)`.
 pub fn chain_text(g: &Graph, via: &[Option<Via>], n: usize) -> String {
     let ch = chain(g, via, n);
-    let step = |(node, edge): &(usize, Option<(RefKind, super::graph::Loc)>)| -> String {
+    let step = |(node, edge): &(usize, Option<(RefKind, &super::graph::Loc)>)| -> String {
         let name = &g.nodes[*node].name;
         match edge {
             None => format!("{name} ({})", g.loc(*node)),
@@ -45,7 +45,7 @@ pub fn problem_text(a: &Analysis, units: &[Unit], p: &Problem) -> String {
     let name = &g.nodes[n].name;
     let why = match (a.marking.device[n], a.dev_pred[n]) {
         (Some(Via::Root), Some((from, k))) => {
-            let e = &g.edges[from][k];
+            let e = &g.out(from)[k];
             let how = if e.kind == RefKind::Call { "call" } else { "address taken" };
             format!("{} -> {name} ({how} at {})", chain_text(g, &a.marking.device, from), e.loc)
         }
@@ -114,7 +114,10 @@ pub fn render(a: &Analysis, units: &[Unit], removed: &[(String, String)]) -> Str
     );
     let mut rows: Vec<[String; 6]> = Vec::new();
     let mut vars: Vec<[String; 6]> = Vec::new();
-    let deferred: Vec<usize> = a.problems.iter().filter(|p| !p.is_error()).map(Problem::node).collect();
+    let mut deferred = vec![false; g.nodes.len()];
+    for p in a.problems.iter().filter(|p| !p.is_error()) {
+        deferred[p.node()] = true;
+    }
     for (i, node) in g.nodes.iter().enumerate() {
         if node.system || matches!(node.kind, NodeKind::Region(_)) {
             continue;
@@ -131,8 +134,8 @@ pub fn render(a: &Analysis, units: &[Unit], removed: &[(String, String)]) -> Str
             (None, None, Some(_)) => ("implicit".to_string(), chain_text(g, &m.host, i)),
             (None, None, None) => ("-".to_string(), String::new()),
         };
-        let how = if deferred.contains(&i) { format!("{how}, deferred") } else { how };
-        let row = [node.name.clone(), dt.name().to_string(), cap, how, g.loc(i).to_string(), why];
+        let how = if deferred[i] { format!("{how}, deferred") } else { how };
+        let row = [node.name.to_string(), dt.name().to_string(), cap, how, g.loc(i).to_string(), why];
         if node.kind == NodeKind::Variable {
             vars.push(row);
         } else {
