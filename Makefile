@@ -12,13 +12,14 @@ setup:
 
 # Release artifacts: the runtime under both sonames, the driver, the CPU device runtime.
 dist:
-	$(CARGO) build --release -p omp-libomptarget -p ompcc -p omp-devicertl-host
+	$(CARGO) build --release -p omp-libomptarget -p ompcc -p omp-devicertl-host -p offload-server
 	mkdir -p $(DIST)/lib $(DIST)/bin
 	./scripts/link-libomptarget.sh $(REL)/libomptarget.a crates/libomptarget/exports.map $(DIST)/lib/libomptarget.so
 	ln -sfn libomptarget.so $(DIST)/lib/libomptarget.so.19.1
 	ln -sfn libomptarget.so $(DIST)/lib/libomptarget.so.22.1
 	cp -f $(REL)/libomptarget_devicertl.a $(DIST)/lib/libomptarget.devicertl.a
 	cp -f $(REL)/ompcc $(DIST)/bin/ompcc.new && mv -f $(DIST)/bin/ompcc.new $(DIST)/bin/ompcc
+	cp -f $(REL)/offload-server $(DIST)/bin/offload-server.new && mv -f $(DIST)/bin/offload-server.new $(DIST)/bin/offload-server
 
 demo: setup dist
 	./scripts/demo.sh

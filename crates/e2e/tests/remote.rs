@@ -9,6 +9,7 @@ use omp_e2e::{compile, program, repo_root, run_with, scratch, Llvm, ALL};
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -92,8 +93,12 @@ impl Drop for Server {
     }
 }
 
+/// Compiles `tests/programs/<rel>` into a directory of its own (tests run in parallel and
+/// may build the same program).
 fn build(llvm: Llvm, rel: &str) -> PathBuf {
-    let dir = scratch(&format!("remote-{}-{}", llvm.major(), rel.replace('/', "-")));
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let dir = scratch(&format!("remote-{}-{}-{n}", llvm.major(), rel.replace('/', "-")));
     let exe = dir.join("prog");
     compile(llvm, &[&program(rel)], &exe, &[]);
     exe
@@ -159,10 +164,23 @@ fn signal(pid: u32, sig: &str) {
 fn runtime_programs_give_the_same_output_on_a_loopback_server() {
     let server = Server::insecure("same-output");
     for llvm in ALL {
-        for src in ["data_regions.c", "structs.c", "declare_target.c", "device_api.c", "nowait_depend.c"] {
+        let programs = [
+            "data_regions.c",
+            "structs.c",
+            "declare_target.c",
+            "device_api.c",
+            "nowait_depend.c",
+            "mapper.c",
+            "threads.c",
+        ];
+        for src in programs {
             let exe = build(llvm, &format!("runtime/{src}"));
-            let local = run(&exe, &[]);
-            let remote = run(&exe, &server.env());
+            // threads.c: 8 host threads offload at once.
+            let threads = ("OMP_NUM_THREADS", "8".to_string());
+            let local = run(&exe, std::slice::from_ref(&threads));
+            let mut env = server.env();
+            env.push(threads);
+            let remote = run(&exe, &env);
             let what = format!("{src} (clang {})", llvm.major());
             assert!(local.status.success(), "{what} locally: {}", text(&local.stderr));
             assert!(
@@ -178,7 +196,7 @@ fn runtime_programs_give_the_same_output_on_a_loopback_server() {
     }
     // The programs really ran there: sessions with allocations were opened and freed.
     let log = server.wait_log("closed", Duration::from_secs(5));
-    assert!(log.matches("opened for 127.0.0.1:").count() >= 10, "{log}");
+    assert!(log.matches("opened for 127.0.0.1:").count() >= 14, "{log}");
     assert!(log.contains("allocations, 1 images"), "{log}");
 }
 

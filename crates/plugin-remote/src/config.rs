@@ -21,6 +21,9 @@ pub struct ClientConfig {
     pub verbose: bool,
     /// Set in offload-server workers: offloading further is refused.
     pub inside_worker: bool,
+    /// `LIBOMPTARGET_RPC_TLS_CA`: PEM file of the CA that signed the servers' certificates;
+    /// set, or an `https://` address, means TLS (cargo feature `tls`).
+    pub tls_ca: Option<std::path::PathBuf>,
 }
 
 pub const DEFAULT_BLOCK_SIZE: usize = 1 << 20;
@@ -78,6 +81,7 @@ impl ClientConfig {
             token,
             verbose: on("LIBOMPTARGET_INFO") || on("LIBOMPTARGET_DEBUG"),
             inside_worker: get(omp_remote_proto::WORKER_ENV).is_some(),
+            tls_ca: get("LIBOMPTARGET_RPC_TLS_CA").filter(|p| !p.is_empty()).map(std::path::PathBuf::from),
         })
     }
 

@@ -86,11 +86,35 @@ struct SessionState {
     _heartbeat: mpsc::Sender<SessionUp>,
 }
 
-fn uri(addr: &str) -> String {
+fn uri(addr: &str, tls: bool) -> String {
     if addr.starts_with("http://") || addr.starts_with("https://") {
         addr.to_string()
+    } else if tls {
+        format!("https://{addr}")
     } else {
         format!("http://{addr}")
+    }
+}
+
+/// Adds TLS to `endpoint` when the address or `LIBOMPTARGET_RPC_TLS_CA` asks for it.
+fn with_tls(endpoint: Endpoint, uri: &str, cfg: &ClientConfig) -> Result<Endpoint> {
+    if !uri.starts_with("https://") {
+        return Ok(endpoint);
+    }
+    #[cfg(feature = "tls")]
+    {
+        let mut tls = tonic::transport::ClientTlsConfig::new();
+        if let Some(ca) = &cfg.tls_ca {
+            let pem =
+                std::fs::read(ca).map_err(|e| PluginError(format!("LIBOMPTARGET_RPC_TLS_CA={}: {e}", ca.display())))?;
+            tls = tls.ca_certificate(tonic::transport::Certificate::from_pem(pem));
+        }
+        endpoint.tls_config(tls).map_err(|e| PluginError(format!("TLS configuration: {e}")))
+    }
+    #[cfg(not(feature = "tls"))]
+    {
+        let _ = (endpoint, cfg);
+        Err(PluginError(format!("{uri}: this runtime was built without TLS support (omp-plugin-remote feature `tls`)")))
     }
 }
 
@@ -105,7 +129,8 @@ impl Conn {
             ),
             None => None,
         };
-        let endpoint = Endpoint::from_shared(uri(addr))
+        let uri = uri(addr, cfg.tls_ca.is_some());
+        let endpoint = Endpoint::from_shared(uri.clone())
             .map_err(|e| PluginError(format!("LIBOMPTARGET_RPC_ADDRESS entry '{addr}': {e}")))?
             .connect_timeout(cfg.latency)
             .tcp_nodelay(true)
@@ -114,6 +139,7 @@ impl Conn {
             .keep_alive_while_idle(true)
             .initial_stream_window_size(8u32 << 20)
             .initial_connection_window_size(32u32 << 20);
+        let endpoint = with_tls(endpoint, &uri, &cfg)?;
         let latency = cfg.latency;
         let inside_worker = cfg.inside_worker;
         block(Some(latency * 2), &what.clone(), async move {
@@ -155,7 +181,6 @@ impl Conn {
         }
         let mut client = self.client.clone();
         let what = format!("opening a session on offload-server at {}", self.addr);
-        let addr = self.addr.clone();
         let s = block(Some(self.cfg.latency), &what.clone(), async move {
             let (tx, rx) = mpsc::channel(2);
             tx.send(SessionUp { heartbeat: 0 }).await.map_err(|_| PluginError("session stream closed".into()))?;
@@ -171,11 +196,12 @@ impl Conn {
                 .ok_or_else(|| PluginError(format!("{what}: the server closed the session at once")))?;
             let ended = Arc::new(Mutex::new(None));
             let lease = Duration::from_millis(u64::from(first.lease_ms.max(300)));
-            let beat = tx.clone();
+            let beat = tx.downgrade();
             tokio::spawn(async move {
                 for n in 1u64.. {
                     tokio::time::sleep(lease / 3).await;
-                    if beat.send(SessionUp { heartbeat: n }).await.is_err() {
+                    let Some(tx) = beat.upgrade() else { return };
+                    if tx.send(SessionUp { heartbeat: n }).await.is_err() {
                         return;
                     }
                 }
@@ -191,7 +217,6 @@ impl Conn {
                     }
                 };
                 e.lock().unwrap().get_or_insert(why);
-                let _ = addr;
             });
             Ok(Arc::new(SessionState { id: first.session, ended, _heartbeat: tx }))
         })?;
@@ -239,6 +264,9 @@ pub struct RemotePlugin {
 
 /// One plugin per server in `LIBOMPTARGET_RPC_ADDRESS`, in order; none when it is unset.
 pub fn plugins_from_env() -> Vec<RemotePlugin> {
+    if std::env::var_os("LIBOMPTARGET_RPC_ADDRESS").is_none_or(|a| a.is_empty()) {
+        return Vec::new();
+    }
     let cfg = match ClientConfig::from_env(|k| std::env::var(k).ok()) {
         Ok(c) => Arc::new(c),
         Err(e) => {

@@ -15,6 +15,8 @@ usage: offload-server [options]
   --max-image-size SZ       largest device image (default 512M)
   --lease SECS              a session without heartbeat for this long is freed (default 30)
   --library-path DIRS       prepended to the workers' LD_LIBRARY_PATH (default: <bin>/../lib)
+  --tls-cert FILE --tls-key FILE
+                            serve TLS with this PEM certificate chain and key (cargo feature `tls`)
   --quiet                   no per-session log lines
 The first line on stdout is `offload-server listening on ADDR`.";
 
@@ -32,6 +34,8 @@ pub struct ServerConfig {
     pub worker_exe: PathBuf,
     pub lib_path: String,
     pub quiet: bool,
+    /// PEM certificate chain and key files for TLS.
+    pub tls: Option<(PathBuf, PathBuf)>,
 }
 
 /// Parses `512`, `64K`, `16M`, `2G`.
@@ -63,7 +67,9 @@ impl ServerConfig {
             worker_exe: exe,
             lib_path: default_lib.map(|p| p.display().to_string()).unwrap_or_default(),
             quiet: false,
+            tls: None,
         };
+        let (mut cert, mut key) = (None, None);
         let mut it = args.iter();
         while let Some(a) = it.next() {
             let mut value = |name: &str| it.next().cloned().ok_or_else(|| format!("{name} needs a value"));
@@ -88,9 +94,19 @@ impl ServerConfig {
                 "--lease" => c.lease = Duration::from_secs_f64(value(a)?.parse().map_err(|e| format!("--lease: {e}"))?),
                 "--library-path" => c.lib_path = value(a)?,
                 "--quiet" => c.quiet = true,
+                "--tls-cert" => cert = Some(PathBuf::from(value(a)?)),
+                "--tls-key" => key = Some(PathBuf::from(value(a)?)),
                 "-h" | "--help" => return Err(USAGE.to_string()),
                 other => return Err(format!("unknown argument '{other}'\n{USAGE}")),
             }
+        }
+        c.tls = match (cert, key) {
+            (Some(c), Some(k)) => Some((c, k)),
+            (None, None) => None,
+            _ => return Err("--tls-cert and --tls-key go together".into()),
+        };
+        if c.tls.is_some() && !cfg!(feature = "tls") {
+            return Err("this offload-server was built without TLS support (cargo feature `tls`)".into());
         }
         if c.devices == 0 || c.devices > 64 {
             return Err("--devices must be between 1 and 64".into());

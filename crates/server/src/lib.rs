@@ -25,8 +25,9 @@ pub async fn serve(cfg: ServerConfig) -> Result<(), String> {
     let _ = std::io::stdout().flush();
     if !cfg.quiet {
         eprintln!(
-            "offload-server: {} devices per session, token {}, limits: {} sessions, {} bytes per session, {} bytes per image",
+            "offload-server: {} devices per session, {}, token {}, limits: {} sessions, {} bytes per session, {} bytes per image",
             cfg.devices,
+            if cfg.tls.is_some() { "TLS" } else { "no TLS" },
             if cfg.token.is_some() { "required" } else { "not required (insecure loopback)" },
             cfg.max_sessions,
             cfg.max_session_memory,
@@ -41,7 +42,17 @@ pub async fn serve(cfg: ServerConfig) -> Result<(), String> {
         service::check_token(token.as_deref(), &req).map(|()| req)
     });
     let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
-    tonic::transport::Server::builder()
+    #[cfg_attr(not(feature = "tls"), allow(unused_mut))]
+    let mut builder = tonic::transport::Server::builder();
+    #[cfg(feature = "tls")]
+    if let Some((cert, key)) = &cfg.tls {
+        let read = |p: &std::path::PathBuf| std::fs::read(p).map_err(|e| format!("{}: {e}", p.display()));
+        let identity = tonic::transport::Identity::from_pem(read(cert)?, read(key)?);
+        builder = builder
+            .tls_config(tonic::transport::ServerTlsConfig::new().identity(identity))
+            .map_err(|e| format!("TLS configuration: {e}"))?;
+    }
+    builder
         .http2_keepalive_interval(Some(Duration::from_secs(10)))
         .http2_keepalive_timeout(Some(Duration::from_secs(20)))
         .initial_stream_window_size(8u32 << 20)

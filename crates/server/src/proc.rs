@@ -3,7 +3,6 @@
 
 use crate::{sys, wire};
 use std::collections::HashMap;
-use std::io::BufReader;
 use std::path::Path;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -60,9 +59,11 @@ impl Worker {
         let pending: Arc<Mutex<HashMap<u64, oneshot::Sender<Reply>>>> = Arc::default();
         let (death_tx, death) = watch::channel(None);
         let (p, c) = (pending.clone(), child.clone());
-        std::thread::Builder::new().name(format!("worker-{pid}")).spawn(move || {
-            let mut r = BufReader::with_capacity(1 << 20, stdout);
-            while let Ok(Some(f)) = wire::read_frame(&mut r) {
+        // Replies are read on the runtime, next to the calls waiting for them.
+        let stdout = tokio::process::ChildStdout::from_std(stdout)?;
+        tokio::spawn(async move {
+            let mut r = tokio::io::BufReader::with_capacity(1 << 20, stdout);
+            while let Ok(Some(f)) = wire::read_frame_async(&mut r).await {
                 let reply = if f.tag == wire::STATUS_OK {
                     Ok(f.payload)
                 } else {
@@ -72,15 +73,17 @@ impl Worker {
                     let _ = tx.send(reply);
                 }
             }
-            let how = match c.lock().unwrap().wait() {
-                Ok(status) => sys::describe_exit(status),
+            let status = tokio::task::spawn_blocking(move || c.lock().unwrap().wait()).await;
+            let how = match status {
+                Ok(Ok(status)) => sys::describe_exit(status),
+                Ok(Err(e)) => format!("lost ({e})"),
                 Err(e) => format!("lost ({e})"),
             };
             let _ = death_tx.send(Some(how.clone()));
             for (_, tx) in p.lock().unwrap().drain() {
                 let _ = tx.send(Err(CallError::Died(how.clone())));
             }
-        })?;
+        });
         Ok(Worker { pid, stdin: Mutex::new(stdin), child, pending, next: AtomicU64::new(1), death })
     }
 

@@ -26,17 +26,45 @@ pub struct Frame {
 }
 
 pub fn write_frame(w: &mut impl Write, id: u64, tag: u8, payload: &[&[u8]]) -> io::Result<()> {
-    let len: usize = 9 + payload.iter().map(|p| p.len()).sum::<usize>();
-    let len = u32::try_from(len).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "frame too large"))?;
+    let body: usize = payload.iter().map(|p| p.len()).sum();
+    let len = u32::try_from(9 + body).map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "frame too large"))?;
     let mut head = [0u8; 13];
     head[..4].copy_from_slice(&len.to_le_bytes());
     head[4..12].copy_from_slice(&id.to_le_bytes());
     head[12] = tag;
-    w.write_all(&head)?;
-    for p in payload {
-        w.write_all(p)?;
+    if body <= 4096 {
+        // One write for small frames: latency of launches and control requests.
+        let mut buf = Vec::with_capacity(13 + body);
+        buf.extend_from_slice(&head);
+        payload.iter().for_each(|p| buf.extend_from_slice(p));
+        w.write_all(&buf)?;
+    } else {
+        w.write_all(&head)?;
+        for p in payload {
+            w.write_all(p)?;
+        }
     }
     w.flush()
+}
+
+/// [`read_frame`] for the server's asynchronous side.
+pub async fn read_frame_async(r: &mut (impl tokio::io::AsyncRead + Unpin)) -> io::Result<Option<Frame>> {
+    use tokio::io::AsyncReadExt;
+    let mut len = [0u8; 4];
+    match r.read_exact(&mut len).await {
+        Ok(_) => {}
+        Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e),
+    }
+    let len = u32::from_le_bytes(len) as usize;
+    if !(9..=MAX_FRAME).contains(&len) {
+        return Err(io::Error::new(io::ErrorKind::InvalidData, format!("bad frame length {len}")));
+    }
+    let mut head = [0u8; 9];
+    r.read_exact(&mut head).await?;
+    let mut payload = vec![0u8; len - 9];
+    r.read_exact(&mut payload).await?;
+    Ok(Some(Frame { id: u64::from_le_bytes(head[..8].try_into().unwrap()), tag: head[8], payload }))
 }
 
 /// Reads one frame; `Ok(None)` at a clean end of stream.

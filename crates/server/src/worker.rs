@@ -4,17 +4,16 @@
 //!
 //! Requests arrive on stdin and responses leave on the original stdout; the worker's own
 //! fd 1 is pointed at stderr first, so kernels' `printf` cannot corrupt the framing.
-//! Launches run on exec threads; everything else is answered by the reading thread, so a
+//! A launch runs on the thread that read it while another thread takes over reading, so a
 //! long kernel never holds up allocations or copies.
 
-use crate::wire::{self, Dec, Enc, Frame};
+use crate::wire::{self, Dec, Enc};
 use omp_plugin::{host_memory, AllocKind, Device, ImageId, KernelId, LaunchConfig, Plugin};
 use std::ffi::CString;
 use std::fs::File;
 use std::io::{BufReader, BufWriter};
 use std::os::fd::FromRawFd;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 
 type Out = Arc<Mutex<BufWriter<File>>>;
@@ -40,23 +39,63 @@ pub fn main(devices: usize, parent: i32) -> i32 {
             return 1;
         }
     };
-    let exec = ExecPool::new(devs.clone(), out.clone());
-    let mut input = BufReader::with_capacity(1 << 20, std::io::stdin().lock());
-    loop {
-        let frame = match wire::read_frame(&mut input) {
-            Ok(Some(f)) => f,
-            Ok(None) => return 0,
-            Err(e) => {
-                eprintln!("offload-server worker: {e}");
-                return 1;
-            }
-        };
-        if frame.tag == wire::OP_LAUNCH {
-            exec.submit(frame);
-            continue;
+    use std::os::fd::AsFd;
+    let input = match std::io::stdin().as_fd().try_clone_to_owned() {
+        Ok(fd) => File::from(fd),
+        Err(e) => {
+            eprintln!("offload-server worker: cannot read its pipe: {e}");
+            return 1;
         }
-        let result = handle(&devs, frame.tag, &frame.payload).map_err(|e| e.to_string());
-        reply(&out, frame.id, result);
+    };
+    let shared = Arc::new(Shared {
+        input: Mutex::new(BufReader::with_capacity(1 << 20, input)),
+        waiting: AtomicUsize::new(0),
+        devs,
+        out,
+    });
+    serve(&shared)
+}
+
+/// What the worker's threads share. Threads take turns reading requests (leader/follower):
+/// the reader answers control requests itself and keeps reading; for a launch it hands the
+/// input to another thread (starting one when none waits) and runs the kernel itself, so a
+/// launch costs no thread hand-off and a long kernel never holds up the requests behind it.
+struct Shared {
+    input: Mutex<BufReader<File>>,
+    /// Threads waiting to read (or about to).
+    waiting: AtomicUsize,
+    devs: Vec<Arc<dyn Device>>,
+    out: Out,
+}
+
+fn serve(shared: &Arc<Shared>) -> i32 {
+    loop {
+        shared.waiting.fetch_add(1, Ordering::AcqRel);
+        let mut input = shared.input.lock().unwrap_or_else(|p| p.into_inner());
+        shared.waiting.fetch_sub(1, Ordering::AcqRel);
+        let frame = loop {
+            let frame = match wire::read_frame(&mut *input) {
+                Ok(Some(f)) => f,
+                // The server closed the pipe (or broke it): the session is over.
+                Ok(None) => std::process::exit(0),
+                Err(e) => {
+                    eprintln!("offload-server worker: {e}");
+                    std::process::exit(1);
+                }
+            };
+            if frame.tag == wire::OP_LAUNCH {
+                break frame;
+            }
+            let result = handle(&shared.devs, frame.tag, &frame.payload).map_err(|e| e.to_string());
+            reply(&shared.out, frame.id, result);
+        };
+        drop(input);
+        if shared.waiting.load(Ordering::Acquire) == 0 {
+            let next = shared.clone();
+            std::thread::spawn(move || serve(&next));
+        }
+        let result = launch(&shared.devs, &frame.payload).map_err(|e| e.to_string());
+        reply(&shared.out, frame.id, result);
     }
 }
 
@@ -127,45 +166,6 @@ fn handle(devs: &[Arc<dyn Device>], op: u8, payload: &[u8]) -> Result<Vec<u8>, B
         }
         _ => return Err(format!("unknown worker op {op}").into()),
     })
-}
-
-/// Launch threads: one more is started whenever all are busy, so concurrent launches from
-/// the program's threads run concurrently, as on the local host device.
-struct ExecPool {
-    tx: mpsc::Sender<Frame>,
-    rx: Arc<Mutex<mpsc::Receiver<Frame>>>,
-    idle: Arc<AtomicUsize>,
-    devs: Vec<Arc<dyn Device>>,
-    out: Out,
-}
-
-impl ExecPool {
-    fn new(devs: Vec<Arc<dyn Device>>, out: Out) -> Self {
-        let (tx, rx) = mpsc::channel();
-        Self { tx, rx: Arc::new(Mutex::new(rx)), idle: Arc::new(AtomicUsize::new(0)), devs, out }
-    }
-
-    fn submit(&self, frame: Frame) {
-        if self.idle.load(Ordering::Acquire) == 0 {
-            self.spawn();
-        }
-        let _ = self.tx.send(frame);
-    }
-
-    fn spawn(&self) {
-        let (rx, idle, devs, out) = (self.rx.clone(), self.idle.clone(), self.devs.clone(), self.out.clone());
-        idle.fetch_add(1, Ordering::AcqRel);
-        std::thread::spawn(move || loop {
-            let frame = match rx.lock().unwrap_or_else(|p| p.into_inner()).recv() {
-                Ok(f) => f,
-                Err(_) => return,
-            };
-            idle.fetch_sub(1, Ordering::AcqRel);
-            let result = launch(&devs, &frame.payload).map_err(|e| e.to_string());
-            reply(&out, frame.id, result);
-            idle.fetch_add(1, Ordering::AcqRel);
-        });
-    }
 }
 
 fn launch(devs: &[Arc<dyn Device>], payload: &[u8]) -> Result<Vec<u8>, Box<dyn std::error::Error>> {
