@@ -100,7 +100,6 @@ impl Runtime {
                 let name = self.kernel_name(host_ptr).unwrap_or_default();
                 let l = loc.parse();
                 info::error(format_args!("Kernel {name} at {l} failed: {e}"));
-                info::error(format_args!("Executing target region abort target."));
                 Failed
             })?;
             if n > 0 && self.data_end(dev, &mut launch.args, false).is_err() {
