@@ -14,6 +14,13 @@ fn main() {
             std::process::exit(2);
         }
     };
+    // Device-to-host chunks are fresh 1 MiB buffers: keep them on the heap instead of a new
+    // mmap (and page faults) per chunk.
+    // SAFETY: mallopt only tunes glibc's allocator; called before any other thread exists.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 64 << 20);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 256 << 20);
+    }
     let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(4).enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {
