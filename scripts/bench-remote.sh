@@ -41,3 +41,13 @@ printf '%-34s %10.0f MB/s %7.0f MB/s %8.2f %s\n' "host->device ${MIB} MiB vs raw
 printf '%-34s %10.0f MB/s %7.0f MB/s %8.2f %s\n' "device->host ${MIB} MiB vs raw TCP" "$D2H" "$RAW" "$(echo "$D2H / $RAW" | bc -l)" ">= 0.8"
 printf '%-34s %12.1f us %9.1f us %8.2f %s\n' "empty kernel vs gRPC ping" "$KERNEL" "$PING" "$(echo "$KERNEL / $PING" | bc -l)" "<= 1.5"
 printf '%-34s %12.2f us\n' "(empty kernel, local host device)" "$LOCAL_KERNEL"
+
+# The memory manager on a device whose allocations are remote calls: small map/unmap cycles.
+clang-$LLVM -fopenmp -fopenmp-targets=x86_64-pc-linux-gnu -O2 -L.deps/lib$LLVM \
+  benches/runtime/small_maps.c -o "$OUT/small_maps" 2>/dev/null
+mm() { LIBOMPTARGET_MEMORY_MANAGER_THRESHOLD=$1 LD_LIBRARY_PATH="$DIST/lib" LIBOMPTARGET_RPC_ADDRESS="$ADDR" \
+  OMP_DEFAULT_DEVICE=4 "$OUT/small_maps" "$2" | awk '{print $2}'; }
+ON=$(mm 8192 200)
+OFF=$(mm 0 20)
+printf '%-34s %10.1f us %9.1f us %8.0fx %s\n' "small map+unmap, cache on vs off" "$(echo "$ON / 1000" | bc -l)" \
+  "$(echo "$OFF / 1000" | bc -l)" "$(echo "$OFF / $ON" | bc -l)" "(LIBOMPTARGET_MEMORY_MANAGER_THRESHOLD)"
