@@ -24,11 +24,12 @@ fn exports(lib: &str) -> BTreeSet<(String, String)> {
 fn every_llvm_export_with_version_vers1_0() {
     let ours = exports(omp_e2e::dist_lib().join("libomptarget.so").to_str().unwrap());
     let ours_names: BTreeSet<&str> = ours.iter().map(|(n, _)| n.as_str()).collect();
-    for (v, lib) in [(19, "/usr/lib/llvm-19/lib/libomptarget.so.19.1"), (22, "/usr/lib/llvm-22/lib/libomptarget.so.22.1")] {
+    for (v, lib) in
+        [(19, "/usr/lib/llvm-19/lib/libomptarget.so.19.1"), (22, "/usr/lib/llvm-22/lib/libomptarget.so.22.1")]
+    {
         let theirs = exports(lib);
         assert!(theirs.len() > 60, "LLVM {v}: only {} exports read", theirs.len());
-        let missing: Vec<&str> =
-            theirs.iter().map(|(n, _)| n.as_str()).filter(|n| !ours_names.contains(n)).collect();
+        let missing: Vec<&str> = theirs.iter().map(|(n, _)| n.as_str()).filter(|n| !ours_names.contains(n)).collect();
         assert!(missing.is_empty(), "missing LLVM {v} exports: {missing:?}");
     }
     let unversioned: Vec<_> = ours.iter().filter(|(_, ver)| ver != "VERS1.0").collect();

@@ -253,8 +253,14 @@ fn a_malformed_device_image_is_reported_not_a_crash() {
     let o = run_with(&exe, &omp_e2e::dist_lib(), &[]);
     let err = stderr(&o);
     assert!(stdout(&o).contains("registered: 4 devices"), "{}", stdout(&o));
-    assert!(err.contains("Failed to init globals on device 0: Failed to load image: failed to load the device image"), "{err}");
-    assert!(err.contains("omptarget fatal error 1: failure of target construct while offloading is mandatory"), "{err}");
+    assert!(
+        err.contains("Failed to init globals on device 0: Failed to load image: failed to load the device image"),
+        "{err}"
+    );
+    assert!(
+        err.contains("omptarget fatal error 1: failure of target construct while offloading is mandatory"),
+        "{err}"
+    );
     // abort(), not a segmentation fault.
     use std::os::unix::process::ExitStatusExt;
     assert_eq!(o.status.signal(), Some(6), "{err}");
