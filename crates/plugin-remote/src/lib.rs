@@ -278,6 +278,7 @@ pub fn plugins_from_env() -> Vec<RemotePlugin> {
         eprintln!("omptarget error: remote-to-remote offloading is refused: this process is an offload-server worker");
         return Vec::new();
     }
+    ignore_sigpipe();
     cfg.addresses.iter().map(|a| RemotePlugin::new(a, cfg.clone())).collect()
 }
 
@@ -572,5 +573,18 @@ impl Device for RemoteDevice {
 
     fn shares_host_address_space(&self) -> bool {
         false
+    }
+}
+
+/// A write to a server that died raises SIGPIPE, whose default action would end the program
+/// silently; with it ignored the write fails and the runtime reports which server is gone.
+/// Only a default disposition is changed (a program's own handler is kept).
+fn ignore_sigpipe() {
+    // SAFETY: querying then setting a signal disposition; `old` is written by the kernel.
+    unsafe {
+        let mut old: libc::sigaction = std::mem::zeroed();
+        if libc::sigaction(libc::SIGPIPE, std::ptr::null(), &mut old) == 0 && old.sa_sigaction == libc::SIG_DFL {
+            libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+        }
     }
 }
