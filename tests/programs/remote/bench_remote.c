@@ -13,8 +13,9 @@ int main(int argc, char **argv) {
   memset(buf, 7, bytes);
   int dev = omp_get_default_device(), host = omp_get_initial_device();
   char *d = omp_target_alloc(bytes, dev);
-  // Warm up: the device images load and the pages are touched.
+  // Warm up both directions: the device images load and the pages are touched.
   omp_target_memcpy(d, buf, bytes, 0, 0, dev, host);
+  omp_target_memcpy(buf, d, bytes, 0, 0, host, dev);
 #pragma omp target device(dev)
   {}
   double t0 = omp_get_wtime();
