@@ -6,7 +6,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 deps="$root/.deps"
-pkgs=(clang-19 clang-22 flang-19 flang-22 libomp5-19 liboffload-22 libomp-22-dev llvm-19-tools lld-19 make python3 bc cmake xz-utils)
+pkgs=(clang-19 clang-22 flang-19 flang-22 llvm-19 llvm-22 libomp5-19 liboffload-22 libomp-22-dev llvm-19-tools lld-19 make python3 bc cmake xz-utils binutils)
 
 missing=()
 for p in "${pkgs[@]}"; do
