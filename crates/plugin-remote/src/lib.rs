@@ -138,7 +138,8 @@ impl Conn {
             .keep_alive_timeout(cfg.latency)
             .keep_alive_while_idle(true)
             .initial_stream_window_size(8u32 << 20)
-            .initial_connection_window_size(32u32 << 20);
+            .initial_connection_window_size(32u32 << 20)
+            .max_frame_size(1u32 << 20);
         let endpoint = with_tls(endpoint, &uri, &cfg)?;
         let latency = cfg.latency;
         let inside_worker = cfg.inside_worker;
