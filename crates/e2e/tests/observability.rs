@@ -62,6 +62,11 @@ fn info_bits_print_llvm_lines_and_leave_stdout_alone() {
                 assert!(e.contains(m), "INFO={value} (clang {}): missing {m:?} in\n{e}", llvm.major());
             }
         }
+        // Each program gets its own LLVM version's launch line.
+        let e = err(&run_with(&exe, &dist_lib(), &[("LIBOMPTARGET_INFO", "0x10")]));
+        let shape =
+            if llvm == Llvm::V22 { "with [1,1,1] blocks and [1,1,1] threads" } else { "with 1 blocks and 1 threads" };
+        assert!(e.contains(shape), "clang {}: {e}", llvm.major());
         // 0x20 alone prints no table and no launch lines.
         let e = err(&run_with(&exe, &dist_lib(), &[("LIBOMPTARGET_INFO", "0x20")]));
         assert!(!e.contains("Launching kernel") && !e.contains("Host Ptr"), "{e}");

@@ -67,11 +67,16 @@ impl Runtime {
             }
             if self.config.info_on(info_bits::PLUGIN_KERNEL) {
                 let name = self.kernel_name(host_ptr).unwrap_or_else(|| format!("0x{host_ptr:x}"));
+                let (teams, threads) = (launch.num_teams.max(1), launch.thread_limit.max(1));
+                // LLVM 22 prints three-dimensional sizes; clang 19 programs get LLVM 19's line.
+                let (teams, threads) = if self.legacy_use_device_null() {
+                    (teams.to_string(), threads.to_string())
+                } else {
+                    (format!("[{teams},1,1]"), format!("[{threads},1,1]"))
+                };
                 info::emit(&format!(
-                    "\"PluginInterface\" device {} info: Launching kernel {name} with {} blocks and {} threads in Generic mode\n",
-                    dev.id,
-                    launch.num_teams.max(1),
-                    launch.thread_limit.max(1)
+                    "\"PluginInterface\" device {} info: Launching kernel {name} with {teams} blocks and {threads} threads in Generic mode\n",
+                    dev.id
                 ));
             }
             if self.observed() {

@@ -213,7 +213,7 @@ impl Runtime {
     }
 
     /// True when every registered binary uses clang 19's entry layout: unmapped
-    /// `use_device_ptr` then yields NULL, as LLVM 19's runtime gives it.
+    /// `use_device_ptr` then yields NULL, and messages take LLVM 19's forms.
     #[inline]
     pub(crate) fn legacy_use_device_null(&self) -> bool {
         self.legacy_only.load(Ordering::Relaxed)
