@@ -156,9 +156,7 @@ pub unsafe fn descriptor(desc: *const BinDesc) -> Result<Descriptor, String> {
     }
     // A program without kernels or globals has an empty table, which says nothing about its
     // compiler: then the device image's dependency on libomptarget.so.NN tells.
-    let layout = if entries.is_empty() && !images.iter().any(|i| contains(i.bytes, b"libomptarget.so.19")) {
-        layout
-    } else if entries.is_empty() {
+    let layout = if entries.is_empty() && images.iter().any(|i| contains(i.bytes, b"libomptarget.so.19")) {
         omp_format::EntryLayout::Legacy
     } else {
         layout

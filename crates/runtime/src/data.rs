@@ -423,7 +423,7 @@ impl Runtime {
                 // (OpenMP 5.1, LLVM 22) and NULL for clang 19 programs, as their runtimes do.
                 args.bases[i] = if obj.present() {
                     obj.tgt.wrapping_sub(begin.wrapping_sub(base))
-                } else if self.legacy_use_device_null() {
+                } else if self.clang19_programs_only() {
                     0
                 } else {
                     base

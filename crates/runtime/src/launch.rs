@@ -69,7 +69,7 @@ impl Runtime {
                 let name = self.kernel_name(host_ptr).unwrap_or_else(|| format!("0x{host_ptr:x}"));
                 let (teams, threads) = (launch.num_teams.max(1), launch.thread_limit.max(1));
                 // LLVM 22 prints three-dimensional sizes; clang 19 programs get LLVM 19's line.
-                let (teams, threads) = if self.legacy_use_device_null() {
+                let (teams, threads) = if self.clang19_programs_only() {
                     (teams.to_string(), threads.to_string())
                 } else {
                     (format!("[{teams},1,1]"), format!("[{threads},1,1]"))

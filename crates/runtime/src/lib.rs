@@ -75,7 +75,7 @@ pub struct Runtime {
     pub(crate) generation: AtomicU64,
     /// `requires unified_shared_memory` is in force.
     pub(crate) usm: AtomicBool,
-    /// Only clang 19 binaries are registered (see `legacy_use_device_null`).
+    /// Only clang 19 binaries are registered (see `clang19_programs_only`).
     pub(crate) legacy_only: AtomicBool,
     policy: OnceLock<Policy>,
     /// Set once, after start-up (tools connect through libomp, which may call back into us).

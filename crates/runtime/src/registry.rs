@@ -133,11 +133,8 @@ impl Runtime {
         let mut images = Vec::new();
         for img in &desc.images {
             let (bytes, triple) = match OffloadBinary::parse(img.bytes) {
-                Ok(bin) => {
-                    // SAFETY-free narrowing: `bin.image` borrows from the 'static bytes.
-                    let start = bin.image.as_ptr() as usize - img.bytes.as_ptr() as usize;
-                    (&img.bytes[start..start + bin.image.len()], bin.triple().to_string())
-                }
+                // The inner image borrows from the same 'static bytes.
+                Ok(bin) => (bin.image, bin.triple().to_string()),
                 Err(_) => (img.bytes, String::new()),
             };
             let triple_opt = (!triple.is_empty()).then_some(triple.as_str());
@@ -215,7 +212,7 @@ impl Runtime {
     /// True when every registered binary uses clang 19's entry layout: unmapped
     /// `use_device_ptr` then yields NULL, and messages take LLVM 19's forms.
     #[inline]
-    pub(crate) fn legacy_use_device_null(&self) -> bool {
+    pub(crate) fn clang19_programs_only(&self) -> bool {
         self.legacy_only.load(Ordering::Relaxed)
     }
 
