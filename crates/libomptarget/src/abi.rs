@@ -131,6 +131,9 @@ pub unsafe fn kernel_launch<'a>(args: *mut KernelArgs, num_teams: i32, thread_li
         thread_limit: threads,
         tripcount: a.tripcount,
         nowait: a.flags & 1 != 0,
+        teams_yz: if a.version >= 2 { [a.num_teams[1], a.num_teams[2]] } else { [0, 0] },
+        threads_yz: if a.version >= 2 { [a.thread_limit[1], a.thread_limit[2]] } else { [0, 0] },
+        dyn_group_mem: if a.version >= 2 { a.dyn_cgroup_mem } else { 0 },
     })
 }
 
@@ -152,11 +155,13 @@ pub unsafe fn descriptor(desc: *const BinDesc) -> Result<Descriptor, String> {
     let mut images = Vec::with_capacity(imgs.len());
     for img in imgs {
         let bytes = byte_range(img.image_start, img.image_end).ok_or("device image has its end before its start")?;
-        images.push(BinaryImage { bytes });
+        // Copied: the runtime keeps images as long as it needs them, whatever the program
+        // unloads meanwhile.
+        images.push(BinaryImage { bytes: bytes.into() });
     }
     // A program without kernels or globals has an empty table, which says nothing about its
     // compiler: then the device image's dependency on libomptarget.so.NN tells.
-    let layout = if entries.is_empty() && images.iter().any(|i| contains(i.bytes, b"libomptarget.so.19")) {
+    let layout = if entries.is_empty() && images.iter().any(|i| contains(&i.bytes, b"libomptarget.so.19")) {
         omp_format::EntryLayout::Legacy
     } else {
         layout

@@ -11,7 +11,9 @@ pub mod config;
 
 use config::ClientConfig;
 use omp_format::elf;
-use omp_plugin::{host_memory, AllocKind, Device, ImageId, KernelId, LaunchConfig, Plugin, PluginError, Result};
+use omp_plugin::{
+    host_memory, AllocKind, Device, GlobalSymbol, ImageId, KernelId, LaunchConfig, Plugin, PluginError, Result,
+};
 use omp_remote_proto::pb::offload_client::OffloadClient;
 use omp_remote_proto::pb::*;
 use std::collections::HashMap;
@@ -38,7 +40,7 @@ fn runtime() -> std::result::Result<&'static tokio::runtime::Runtime, PluginErro
             .map_err(|e| e.to_string())
     })
     .as_ref()
-    .map_err(|e| PluginError(format!("remote plugin: cannot start its runtime: {e}")))
+    .map_err(|e| PluginError::failed(format!("remote plugin: cannot start its runtime: {e}")))
 }
 
 /// Runs `fut` to completion on the plugin runtime, failing after `limit`.
@@ -48,7 +50,10 @@ fn block<T>(limit: Option<Duration>, what: &str, fut: impl Future<Output = Resul
         None => rt.block_on(fut),
         Some(d) => rt.block_on(async {
             tokio::time::timeout(d, fut).await.unwrap_or_else(|_| {
-                Err(PluginError(format!("{what}: no answer within {:.1}s (LIBOMPTARGET_RPC_LATENCY)", d.as_secs_f64())))
+                Err(PluginError::failed(format!(
+                    "{what}: no answer within {:.1}s (LIBOMPTARGET_RPC_LATENCY)",
+                    d.as_secs_f64()
+                )))
             })
         }),
     }
@@ -105,16 +110,18 @@ fn with_tls(endpoint: Endpoint, uri: &str, cfg: &ClientConfig) -> Result<Endpoin
     {
         let mut tls = tonic::transport::ClientTlsConfig::new();
         if let Some(ca) = &cfg.tls_ca {
-            let pem =
-                std::fs::read(ca).map_err(|e| PluginError(format!("LIBOMPTARGET_RPC_TLS_CA={}: {e}", ca.display())))?;
+            let pem = std::fs::read(ca)
+                .map_err(|e| PluginError::failed(format!("LIBOMPTARGET_RPC_TLS_CA={}: {e}", ca.display())))?;
             tls = tls.ca_certificate(tonic::transport::Certificate::from_pem(pem));
         }
-        endpoint.tls_config(tls).map_err(|e| PluginError(format!("TLS configuration: {e}")))
+        endpoint.tls_config(tls).map_err(|e| PluginError::failed(format!("TLS configuration: {e}")))
     }
     #[cfg(not(feature = "tls"))]
     {
         let _ = (endpoint, cfg);
-        Err(PluginError(format!("{uri}: this runtime was built without TLS support (omp-plugin-remote feature `tls`)")))
+        Err(PluginError::failed(format!(
+            "{uri}: this runtime was built without TLS support (omp-plugin-remote feature `tls`)"
+        )))
     }
 }
 
@@ -125,13 +132,13 @@ impl Conn {
             Some(t) => Some(
                 format!("Bearer {t}")
                     .parse()
-                    .map_err(|_| PluginError("the RPC token has characters a header cannot carry".into()))?,
+                    .map_err(|_| PluginError::failed("the RPC token has characters a header cannot carry"))?,
             ),
             None => None,
         };
         let uri = uri(addr, cfg.tls_ca.is_some());
         let endpoint = Endpoint::from_shared(uri.clone())
-            .map_err(|e| PluginError(format!("LIBOMPTARGET_RPC_ADDRESS entry '{addr}': {e}")))?
+            .map_err(|e| PluginError::failed(format!("LIBOMPTARGET_RPC_ADDRESS entry '{addr}': {e}")))?
             .connect_timeout(cfg.latency)
             .tcp_nodelay(true)
             .http2_keep_alive_interval(cfg.latency)
@@ -144,7 +151,8 @@ impl Conn {
         let latency = cfg.latency;
         let inside_worker = cfg.inside_worker;
         block(Some(latency * 2), &what.clone(), async move {
-            let channel = endpoint.connect().await.map_err(|e| PluginError(format!("{what}: {}", source_chain(&e))))?;
+            let channel =
+                endpoint.connect().await.map_err(|e| PluginError::failed(format!("{what}: {}", source_chain(&e))))?;
             let mut client = OffloadClient::with_interceptor(channel, Auth(token))
                 .max_decoding_message_size(omp_remote_proto::MAX_MESSAGE_BYTES)
                 .max_encoding_message_size(omp_remote_proto::MAX_MESSAGE_BYTES);
@@ -153,17 +161,20 @@ impl Conn {
                 client: format!("omp-plugin-remote {} (pid {})", env!("CARGO_PKG_VERSION"), std::process::id()),
                 inside_worker,
             };
-            let hello =
-                client.hello(hello).await.map_err(|s| PluginError(format!("{what}: {}", s.message())))?.into_inner();
+            let hello = client
+                .hello(hello)
+                .await
+                .map_err(|s| PluginError::failed(format!("{what}: {}", s.message())))?
+                .into_inner();
             if hello.protocol_version != omp_remote_proto::PROTOCOL_VERSION {
-                return Err(PluginError(format!(
+                return Err(PluginError::failed(format!(
                     "{what}: the server speaks protocol {}, this runtime {}",
                     hello.protocol_version,
                     omp_remote_proto::PROTOCOL_VERSION
                 )));
             }
             if hello.pointer_width != usize::BITS || hello.little_endian != cfg!(target_endian = "little") {
-                return Err(PluginError(format!(
+                return Err(PluginError::failed(format!(
                     "{what}: the server's pointer width or byte order differs from this machine's"
                 )));
             }
@@ -184,17 +195,17 @@ impl Conn {
         let what = format!("opening a session on offload-server at {}", self.addr);
         let s = block(Some(self.cfg.latency), &what.clone(), async move {
             let (tx, rx) = mpsc::channel(2);
-            tx.send(SessionUp { heartbeat: 0 }).await.map_err(|_| PluginError("session stream closed".into()))?;
+            tx.send(SessionUp { heartbeat: 0 }).await.map_err(|_| PluginError::failed("session stream closed"))?;
             let mut down = client
                 .session(ReceiverStream::new(rx))
                 .await
-                .map_err(|s| PluginError(format!("{what}: {}", s.message())))?
+                .map_err(|s| PluginError::failed(format!("{what}: {}", s.message())))?
                 .into_inner();
             let first = down
                 .message()
                 .await
-                .map_err(|s| PluginError(format!("{what}: {}", s.message())))?
-                .ok_or_else(|| PluginError(format!("{what}: the server closed the session at once")))?;
+                .map_err(|s| PluginError::failed(format!("{what}: {}", s.message())))?
+                .ok_or_else(|| PluginError::failed(format!("{what}: the server closed the session at once")))?;
             let ended = Arc::new(Mutex::new(None));
             let lease = Duration::from_millis(u64::from(first.lease_ms.max(300)));
             let beat = tx.downgrade();
@@ -229,17 +240,23 @@ impl Conn {
     }
 
     fn err(&self, msg: &str) -> PluginError {
-        PluginError(format!("remote device on {}: {msg}", self.addr))
+        PluginError::failed(format!("remote device on {}: {msg}", self.addr))
     }
 
     /// Turns a failed call into an error naming the server, preferring the session's end reason.
     fn status(&self, s: &SessionState, st: tonic::Status) -> PluginError {
         let ended = s.ended.lock().unwrap().clone();
-        match ended {
+        let lost = matches!(st.code(), tonic::Code::Aborted | tonic::Code::Unavailable) || ended.is_some();
+        let e = match ended {
             Some(why) if st.code() != tonic::Code::Aborted => {
                 self.err(&format!("{} (session ended: {why})", st.message()))
             }
             _ => self.err(st.message()),
+        };
+        if lost {
+            PluginError::lost(e.reason)
+        } else {
+            e
         }
     }
 }
@@ -338,10 +355,11 @@ impl Plugin for RemotePlugin {
     }
 
     fn open_device(&self, index: usize) -> Result<Box<dyn Device>> {
-        let conn =
-            self.conn().ok_or_else(|| PluginError(format!("offload-server at {} is not reachable", self.addr)))?;
+        let conn = self
+            .conn()
+            .ok_or_else(|| PluginError::failed(format!("offload-server at {} is not reachable", self.addr)))?;
         if index >= conn.hello.num_devices as usize {
-            return Err(PluginError(format!("offload-server at {} has no device {index}", self.addr)));
+            return Err(PluginError::failed(format!("offload-server at {} has no device {index}", self.addr)));
         }
         Ok(Box::new(RemoteDevice { conn: conn.clone(), index: index as u32, kernels: Mutex::new(HashMap::new()) }))
     }
@@ -398,13 +416,13 @@ impl Device for RemoteDevice {
         Ok(KernelId(r.value as usize))
     }
 
-    fn global(&self, image: ImageId, name: &CStr) -> Result<usize> {
+    fn global(&self, image: ImageId, name: &CStr) -> Result<GlobalSymbol> {
         let n = name.to_string_lossy().into_owned();
         let dev = self.index;
         let r = self.control("resolving a global", |mut cl, session| async move {
             cl.symbol(SymbolRequest { session, device: dev, image: image.0 as u64, name: n, kernel: false }).await
         })?;
-        Ok(r.value as usize)
+        Ok(GlobalSymbol { addr: r.value as usize, size: 0 })
     }
 
     fn alloc(&self, size: usize, kind: AllocKind) -> Result<usize> {
@@ -423,7 +441,7 @@ impl Device for RemoteDevice {
         Ok(())
     }
 
-    fn submit(&self, tgt: usize, host: usize, size: usize) -> Result<()> {
+    unsafe fn submit(&self, tgt: usize, host: usize, size: usize) -> Result<()> {
         if size == 0 {
             return Ok(());
         }
@@ -432,8 +450,8 @@ impl Device for RemoteDevice {
         let (block_size, latency, dev) = (c.cfg.block_size, c.cfg.latency, self.index);
         let mut client = c.client.clone();
         let what = format!("copying {size} bytes to {}", c.addr);
-        // SAFETY: the runtime hands us `[host, host+size)` as readable program memory for the
-        // duration of this call; it is only read, chunk by chunk, before `block` returns.
+        // SAFETY: the caller promises `[host, host+size)` readable for the duration of this
+        // call; it is only read, chunk by chunk, before `block` returns.
         let src: &[u8] = unsafe { std::slice::from_raw_parts(host as *const u8, size) };
         block(None, &what.clone(), async {
             let (tx, rx) = mpsc::channel(c.cfg.inflight_chunks());
@@ -476,7 +494,7 @@ impl Device for RemoteDevice {
         })
     }
 
-    fn retrieve(&self, host: usize, tgt: usize, size: usize) -> Result<()> {
+    unsafe fn retrieve(&self, host: usize, tgt: usize, size: usize) -> Result<()> {
         if size == 0 {
             return Ok(());
         }
@@ -510,7 +528,9 @@ impl Device for RemoteDevice {
                 if off.checked_add(chunk.data.len()).is_none_or(|end| end > size) {
                     return Err(c.err(&format!("{what}: the server sent bytes outside the requested range")));
                 }
-                host_memory::copy(host + off, chunk.data.as_ptr() as usize, chunk.data.len());
+                // SAFETY: `off + len <= size` was checked above, and the caller promises
+                // `[host, host+size)` writable for the duration of this call.
+                unsafe { host_memory::copy(host + off, chunk.data.as_ptr() as usize, chunk.data.len()) };
                 got += chunk.data.len();
             }
             if got != size {
@@ -547,8 +567,8 @@ impl Device for RemoteDevice {
             kernel: kernel.0 as u64,
             args: args.iter().map(|&a| a as u64).collect(),
             with_dyn_ptr: config.with_dyn_ptr,
-            num_teams: config.num_teams,
-            thread_limit: config.thread_limit,
+            num_teams: config.num_teams[0],
+            thread_limit: config.thread_limit[0],
         };
         let mut client = c.client.clone();
         // No deadline: kernels run as long as they run; keepalive pings notice a dead server.
@@ -556,7 +576,9 @@ impl Device for RemoteDevice {
             |e| {
                 let name = self.kernels.lock().unwrap().get(&kernel.0).cloned();
                 match name {
-                    Some(n) if !e.0.contains(&n) => PluginError(format!("{} (kernel '{n}')", e.0)),
+                    Some(n) if !e.reason.contains(&n) => {
+                        PluginError { kind: e.kind, reason: format!("{} (kernel '{n}')", e.reason) }
+                    }
                     _ => e,
                 }
             },
@@ -572,7 +594,7 @@ impl Device for RemoteDevice {
         ]
     }
 
-    fn shares_host_address_space(&self) -> bool {
+    fn is_accessible(&self, _ptr: usize, _size: usize) -> bool {
         false
     }
 }

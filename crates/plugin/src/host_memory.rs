@@ -1,52 +1,71 @@
-//! The one place where the runtime touches program (host) memory directly: reading a host
-//! pointer's value, restoring it, and plain copies. Callers pass addresses the program gave
-//! them for exactly this purpose (map clauses, API arguments).
+//! The one place where program (host) memory is touched through plain addresses: reading a
+//! host pointer's value, restoring it, plain copies and fills, compiler-emitted strings.
+//!
+//! Every function that dereferences an address is `unsafe`: the address comes from the
+//! program (a map clause, an API argument, a compiler-built table) and only the caller
+//! knows which promise of the program makes it valid.
 
 /// Reads the pointer stored at host address `addr`.
-pub fn read_ptr(addr: usize) -> usize {
-    // SAFETY: the caller passes the address of a pointer the program mapped (PTR_AND_OBJ base,
-    // link reference pointer); it is aligned and readable for 8 bytes by the map clause's contract.
+///
+/// # Safety
+/// `[addr, addr+8)` must be readable (alignment is not required).
+pub unsafe fn read_ptr(addr: usize) -> usize {
+    // SAFETY: readability is the caller's promise; the read is unaligned.
     unsafe { std::ptr::read_unaligned(addr as *const usize) }
 }
 
 /// Stores a pointer value at host address `addr`.
-pub fn write_ptr(addr: usize, value: usize) {
-    // SAFETY: as for `read_ptr`; the program's pointer storage is writable (it was mapped from).
+///
+/// # Safety
+/// `[addr, addr+8)` must be writable and not borrowed by Rust code.
+pub unsafe fn write_ptr(addr: usize, value: usize) {
+    // SAFETY: writability is the caller's promise; the write is unaligned.
     unsafe { std::ptr::write_unaligned(addr as *mut usize, value) }
 }
 
-/// Copies `size` bytes between host addresses.
-pub fn copy(dst: usize, src: usize, size: usize) {
+/// Copies `size` bytes between host addresses (the ranges may overlap).
+///
+/// # Safety
+/// `[src, src+size)` must be readable and `[dst, dst+size)` writable.
+pub unsafe fn copy(dst: usize, src: usize, size: usize) {
     if size == 0 {
         return;
     }
-    // SAFETY: both ranges are program memory handed to the runtime for this copy; `copy`
-    // (memmove) tolerates overlap.
+    // SAFETY: both ranges are valid by the caller's promise; `ptr::copy` is memmove.
     unsafe { std::ptr::copy(src as *const u8, dst as *mut u8, size) }
 }
 
 /// Fills `size` bytes at host address `dst` with `byte`.
-pub fn fill(dst: usize, byte: u8, size: usize) {
+///
+/// # Safety
+/// `[dst, dst+size)` must be writable.
+pub unsafe fn fill(dst: usize, byte: u8, size: usize) {
     if size == 0 {
         return;
     }
-    // SAFETY: the range is program memory handed to the runtime for this fill.
+    // SAFETY: writability is the caller's promise.
     unsafe { std::ptr::write_bytes(dst as *mut u8, byte, size) }
 }
 
 /// Reads a NUL-terminated string at `addr`, or `None` for a null pointer or non-UTF-8 bytes.
-pub fn c_str<'a>(addr: usize) -> Option<&'a str> {
+///
+/// # Safety
+/// A non-zero `addr` must point to a NUL-terminated string that stays unchanged for `'a`
+/// (compiler-emitted names live as long as the binary that holds them is loaded).
+pub unsafe fn c_str<'a>(addr: usize) -> Option<&'a str> {
     if addr == 0 {
         return None;
     }
-    // SAFETY: names in offload entries, map names and ident_t strings are NUL-terminated
-    // constants emitted by the compiler, alive for the program's lifetime.
+    // SAFETY: termination and lifetime are the caller's promise.
     unsafe { std::ffi::CStr::from_ptr(addr as *const std::ffi::c_char) }.to_str().ok()
 }
 
 /// Reads a `u64` at host address `addr` (descriptor arrays the compiler built).
-pub fn read_u64(addr: usize) -> u64 {
-    // SAFETY: callers pass addresses of compiler-built descriptor arrays, readable for 8 bytes.
+///
+/// # Safety
+/// `[addr, addr+8)` must be readable.
+pub unsafe fn read_u64(addr: usize) -> u64 {
+    // SAFETY: readability is the caller's promise; the read is unaligned.
     unsafe { std::ptr::read_unaligned(addr as *const u64) }
 }
 
@@ -57,7 +76,10 @@ pub fn malloc(size: usize) -> usize {
 }
 
 /// `free` for memory from [`malloc`]; 0 is ignored.
-pub fn free(ptr: usize) {
-    // SAFETY: the program hands back a pointer `omp_target_alloc` returned for the host device.
+///
+/// # Safety
+/// `ptr` must be 0 or a pointer [`malloc`] returned that was not freed since.
+pub unsafe fn free(ptr: usize) {
+    // SAFETY: the caller's promise is free's contract.
     unsafe { libc::free(ptr as *mut libc::c_void) }
 }

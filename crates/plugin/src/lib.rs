@@ -2,25 +2,56 @@
 //!
 //! Implementations validate little: the runtime above keeps reference counts, checks bounds
 //! and decides which device to use. A backend's errors cover only what the caller cannot
-//! foresee (a failed allocation, an image that does not load, a lost device).
+//! foresee (a failed operation, exhausted memory, a lost device), and say which it was.
 //!
-//! Addresses cross this interface as plain integers. Host addresses come from the program;
-//! the runtime vouches that each `(host, size)` range it passes is readable or writable host
-//! memory, exactly as LLVM's plugins rely on their caller. Device addresses are whatever the
-//! backend returned from [`Device::alloc`] or [`Device::global`].
+//! Addresses cross this interface as plain integers. Device addresses are whatever the
+//! backend returned from [`Device::alloc`] or [`Device::global`]. Host addresses come from
+//! the program: the methods that read or write them ([`Device::submit`],
+//! [`Device::retrieve`]) are `unsafe`, and their callers vouch for the range, exactly as
+//! LLVM's plugins rely on theirs.
 
 pub mod host_memory;
+#[cfg(feature = "mock")]
 pub mod mock;
 
 use std::ffi::CStr;
 
-/// A failure a backend could not avoid.
+/// What kind of failure a backend met; the runtime decides what follows from it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// The operation failed; the device is still usable.
+    Failed,
+    /// The device has no memory left for the request.
+    OutOfMemory,
+    /// The device is gone (a crashed worker, a closed connection): nothing more will work.
+    DeviceLost,
+}
+
+/// A failure a backend could not avoid, with its kind and the reason in words.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct PluginError(pub String);
+pub struct PluginError {
+    pub kind: ErrorKind,
+    pub reason: String,
+}
+
+impl PluginError {
+    pub fn failed(reason: impl Into<String>) -> Self {
+        Self { kind: ErrorKind::Failed, reason: reason.into() }
+    }
+    pub fn out_of_memory(reason: impl Into<String>) -> Self {
+        Self { kind: ErrorKind::OutOfMemory, reason: reason.into() }
+    }
+    pub fn lost(reason: impl Into<String>) -> Self {
+        Self { kind: ErrorKind::DeviceLost, reason: reason.into() }
+    }
+    pub fn is_lost(&self) -> bool {
+        self.kind == ErrorKind::DeviceLost
+    }
+}
 
 impl std::fmt::Display for PluginError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(&self.reason)
     }
 }
 
@@ -46,13 +77,38 @@ pub struct ImageId(pub usize);
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub struct KernelId(pub usize);
 
-/// How a kernel is launched; the host backend only reports these.
+/// A device global: its address and, where the backend knows it, its size in bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GlobalSymbol {
+    pub addr: usize,
+    /// 0 when the backend cannot tell (the runtime then trusts the entry table's size).
+    pub size: usize,
+}
+
+/// Everything the compiler asked for a launch. A CPU backend uses little of it; a GPU
+/// backend needs all of it, so the runtime always passes it on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct LaunchConfig {
-    pub num_teams: u32,
-    pub thread_limit: u32,
+    /// Teams per dimension (`num_teams`); 0 in a dimension means "not specified".
+    pub num_teams: [u32; 3],
+    /// Threads per team per dimension (`thread_limit`).
+    pub thread_limit: [u32; 3],
+    /// Loop trip count of a combined construct, 0 when unknown.
+    pub tripcount: u64,
+    /// Dynamic group (team-shared) memory in bytes.
+    pub dyn_group_mem: u32,
     /// Pass `dyn_ptr` (the launch environment) as the first argument (KernelArgs version ≥ 3).
     pub with_dyn_ptr: bool,
+}
+
+/// An ordered stream of device work (LLVM's `AsyncInfo`): operations enqueued on one queue
+/// run in order, and [`Device::synchronize`] waits for all of them. `QueueId::SYNC` is the
+/// queue of a backend that completes everything before returning.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct QueueId(pub usize);
+
+impl QueueId {
+    pub const SYNC: QueueId = QueueId(0);
 }
 
 /// One backend: a family of devices (the host CPU, a remote server, CUDA).
@@ -73,23 +129,61 @@ pub trait Device: Send + Sync {
     fn load_image(&self, image: &[u8]) -> Result<ImageId>;
     /// Resolves a kernel by symbol name in a loaded image.
     fn kernel(&self, image: ImageId, name: &CStr) -> Result<KernelId>;
-    /// Resolves a global variable's device address by symbol name.
-    fn global(&self, image: ImageId, name: &CStr) -> Result<usize>;
+    /// Resolves a global variable by symbol name in a loaded image.
+    fn global(&self, image: ImageId, name: &CStr) -> Result<GlobalSymbol>;
     /// Allocates `size` bytes of device memory (`size` > 0).
     fn alloc(&self, size: usize, kind: AllocKind) -> Result<usize>;
-    /// Frees memory from [`Device::alloc`].
+    /// Frees memory from [`Device::alloc`]. A pointer the device did not hand out is an
+    /// error, never undefined behaviour.
     fn free(&self, ptr: usize, kind: AllocKind) -> Result<()>;
     /// Copies host bytes `[host, host+size)` to device address `tgt`.
-    fn submit(&self, tgt: usize, host: usize, size: usize) -> Result<()>;
+    ///
+    /// # Safety
+    /// `[host, host+size)` must be readable host memory for the duration of the call.
+    unsafe fn submit(&self, tgt: usize, host: usize, size: usize) -> Result<()>;
     /// Copies device bytes at `tgt` to host `[host, host+size)`.
-    fn retrieve(&self, host: usize, tgt: usize, size: usize) -> Result<()>;
+    ///
+    /// # Safety
+    /// `[host, host+size)` must be writable host memory that nothing else uses during the call.
+    unsafe fn retrieve(&self, host: usize, tgt: usize, size: usize) -> Result<()>;
     /// Copies between two allocations of this device.
     fn copy_within(&self, dst: usize, src: usize, size: usize) -> Result<()>;
     /// Launches a kernel with pointer-sized arguments (already offset) and waits for it.
     fn launch(&self, kernel: KernelId, args: &[usize], config: &LaunchConfig) -> Result<()>;
     /// A line of device information, `key`/`value`, for `__tgt_print_device_info`.
     fn info(&self) -> Vec<(String, String)>;
-    /// True when device addresses are host addresses (the host backend); lets the runtime
-    /// skip bounce buffers.
-    fn shares_host_address_space(&self) -> bool;
+    /// Whether a kernel on this device can read and write host memory `[ptr, ptr+size)`
+    /// directly (the host device: yes; a remote or isolated device: no). Lets the runtime
+    /// answer `omp_target_is_accessible` and explain unmapped pointers.
+    fn is_accessible(&self, ptr: usize, size: usize) -> bool;
+
+    /// A queue for asynchronous work. Backends that cannot overlap work keep the default,
+    /// and every `*_async` call below completes before it returns.
+    fn create_queue(&self) -> Result<QueueId> {
+        Ok(QueueId::SYNC)
+    }
+    /// Enqueues a host-to-device copy.
+    ///
+    /// # Safety
+    /// As [`Device::submit`], for as long as the copy is pending (until `synchronize`).
+    unsafe fn submit_async(&self, tgt: usize, host: usize, size: usize, _queue: QueueId) -> Result<()> {
+        // SAFETY: the caller's guarantee covers the synchronous copy too.
+        unsafe { self.submit(tgt, host, size) }
+    }
+    /// Enqueues a device-to-host copy.
+    ///
+    /// # Safety
+    /// As [`Device::retrieve`], for as long as the copy is pending (until `synchronize`).
+    unsafe fn retrieve_async(&self, host: usize, tgt: usize, size: usize, _queue: QueueId) -> Result<()> {
+        // SAFETY: the caller's guarantee covers the synchronous copy too.
+        unsafe { self.retrieve(host, tgt, size) }
+    }
+    /// Enqueues a kernel launch.
+    fn launch_async(&self, kernel: KernelId, args: &[usize], config: &LaunchConfig, _queue: QueueId) -> Result<()> {
+        self.launch(kernel, args, config)
+    }
+    /// Waits for everything enqueued on `queue` and reports the first failure.
+    fn synchronize(&self, _queue: QueueId) -> Result<()> {
+        Ok(())
+    }
 }

@@ -1,10 +1,10 @@
 //! A device with its own (simulated) address space and no code: lets the runtime's mapping
 //! semantics be unit-tested without loading any image. Kernels are Rust closures.
 
-use crate::{host_memory, AllocKind, Device, ImageId, KernelId, LaunchConfig, PluginError, Result};
+use crate::{host_memory, AllocKind, Device, GlobalSymbol, ImageId, KernelId, LaunchConfig, PluginError, Result};
+use omp_sync::Mutex;
 use std::collections::BTreeMap;
 use std::ffi::CStr;
-use std::sync::Mutex;
 
 /// A kernel body: receives the argument vector (device addresses) and the device.
 pub type MockKernel = Box<dyn Fn(&MockDevice, &[usize]) + Send + Sync>;
@@ -14,7 +14,7 @@ pub type MockKernel = Box<dyn Fn(&MockDevice, &[usize]) + Send + Sync>;
 pub struct MockDevice {
     memory: Mutex<MockMemory>,
     kernels: Mutex<Vec<(String, MockKernel)>>,
-    globals: Mutex<Vec<(String, usize)>>,
+    globals: Mutex<Vec<(String, usize, usize)>>,
 }
 
 #[derive(Default)]
@@ -34,33 +34,33 @@ impl MockDevice {
 
     /// Registers a kernel that `kernel(name)` will find.
     pub fn add_kernel(&self, name: &str, body: MockKernel) {
-        self.kernels.lock().unwrap().push((name.to_string(), body));
+        self.kernels.lock().push((name.to_string(), body));
     }
 
     /// Adds a global of `size` bytes and returns its device address.
     pub fn add_global(&self, name: &str, size: usize) -> usize {
         let addr = self.alloc(size.max(1), AllocKind::Device).unwrap();
-        self.globals.lock().unwrap().push((name.to_string(), addr));
+        self.globals.lock().push((name.to_string(), addr, size));
         addr
     }
 
     /// Reads device bytes (for assertions).
     pub fn read(&self, addr: usize, size: usize) -> Vec<u8> {
-        let mem = self.memory.lock().unwrap();
+        let mem = self.memory.lock();
         let (start, block) = mem.block(addr, size).expect("mock read out of bounds");
         block[addr - start..addr - start + size].to_vec()
     }
 
     /// Writes device bytes (kernels use this).
     pub fn write(&self, addr: usize, bytes: &[u8]) {
-        let mut mem = self.memory.lock().unwrap();
+        let mut mem = self.memory.lock();
         let (start, block) = mem.block_mut(addr, bytes.len()).expect("mock write out of bounds");
         block[addr - start..addr - start + bytes.len()].copy_from_slice(bytes);
     }
 
     /// Number of live allocations.
     pub fn live_allocations(&self) -> usize {
-        let m = self.memory.lock().unwrap();
+        let m = self.memory.lock();
         m.allocs - m.frees
     }
 }
@@ -77,7 +77,7 @@ impl MockMemory {
 }
 
 fn oob(what: &str, addr: usize, size: usize) -> PluginError {
-    PluginError(format!("mock device: {what} of {size} bytes at {addr:#x} is outside any allocation"))
+    PluginError::failed(format!("mock device: {what} of {size} bytes at {addr:#x} is outside any allocation"))
 }
 
 impl Device for MockDevice {
@@ -86,22 +86,22 @@ impl Device for MockDevice {
     }
     fn kernel(&self, _image: ImageId, name: &CStr) -> Result<KernelId> {
         let name = name.to_string_lossy();
-        let ks = self.kernels.lock().unwrap();
+        let ks = self.kernels.lock();
         ks.iter()
             .position(|(n, _)| *n == name)
             .map(KernelId)
-            .ok_or_else(|| PluginError(format!("mock device: no kernel {name}")))
+            .ok_or_else(|| PluginError::failed(format!("mock device: no kernel {name}")))
     }
-    fn global(&self, _image: ImageId, name: &CStr) -> Result<usize> {
+    fn global(&self, _image: ImageId, name: &CStr) -> Result<GlobalSymbol> {
         let name = name.to_string_lossy();
-        let gs = self.globals.lock().unwrap();
+        let gs = self.globals.lock();
         gs.iter()
-            .find(|(n, _)| *n == name)
-            .map(|(_, a)| *a)
-            .ok_or_else(|| PluginError(format!("mock device: no global {name}")))
+            .find(|(n, _, _)| *n == name)
+            .map(|&(_, addr, size)| GlobalSymbol { addr, size })
+            .ok_or_else(|| PluginError::failed(format!("mock device: no global {name}")))
     }
     fn alloc(&self, size: usize, _kind: AllocKind) -> Result<usize> {
-        let mut mem = self.memory.lock().unwrap();
+        let mut mem = self.memory.lock();
         let addr = BASE + mem.next;
         // Leave a gap so out-of-bounds accesses hit no block.
         mem.next += size.next_multiple_of(64) + 64;
@@ -110,22 +110,27 @@ impl Device for MockDevice {
         Ok(addr)
     }
     fn free(&self, ptr: usize, _kind: AllocKind) -> Result<()> {
-        let mut mem = self.memory.lock().unwrap();
-        mem.blocks.remove(&ptr).ok_or_else(|| PluginError(format!("mock device: free of unknown {ptr:#x}")))?;
+        let mut mem = self.memory.lock();
+        mem.blocks.remove(&ptr).ok_or_else(|| PluginError::failed(format!("mock device: free of unknown {ptr:#x}")))?;
         mem.frees += 1;
         Ok(())
     }
-    fn submit(&self, tgt: usize, host: usize, size: usize) -> Result<()> {
-        let mut mem = self.memory.lock().unwrap();
+    unsafe fn submit(&self, tgt: usize, host: usize, size: usize) -> Result<()> {
+        let mut mem = self.memory.lock();
         let (start, block) = mem.block_mut(tgt, size).ok_or_else(|| oob("submit", tgt, size))?;
-        let dst = block[tgt - start..].as_mut_ptr() as usize;
-        host_memory::copy(dst, host, size);
+        let dst = &mut block[tgt - start..tgt - start + size];
+        // SAFETY: `dst` is a block of ours checked to hold `size` bytes; the host range is
+        // readable by the caller's promise.
+        unsafe { host_memory::copy(dst.as_mut_ptr() as usize, host, size) };
         Ok(())
     }
-    fn retrieve(&self, host: usize, tgt: usize, size: usize) -> Result<()> {
-        let mem = self.memory.lock().unwrap();
+    unsafe fn retrieve(&self, host: usize, tgt: usize, size: usize) -> Result<()> {
+        let mem = self.memory.lock();
         let (start, block) = mem.block(tgt, size).ok_or_else(|| oob("retrieve", tgt, size))?;
-        host_memory::copy(host, block[tgt - start..].as_ptr() as usize, size);
+        let src = &block[tgt - start..tgt - start + size];
+        // SAFETY: `src` is a block of ours checked to hold `size` bytes; the host range is
+        // writable by the caller's promise.
+        unsafe { host_memory::copy(host, src.as_ptr() as usize, size) };
         Ok(())
     }
     fn copy_within(&self, dst: usize, src: usize, size: usize) -> Result<()> {
@@ -134,15 +139,15 @@ impl Device for MockDevice {
         Ok(())
     }
     fn launch(&self, kernel: KernelId, args: &[usize], _config: &LaunchConfig) -> Result<()> {
-        let ks = self.kernels.lock().unwrap();
-        let (_, body) = ks.get(kernel.0).ok_or_else(|| PluginError("mock device: bad kernel".into()))?;
+        let ks = self.kernels.lock();
+        let (_, body) = ks.get(kernel.0).ok_or_else(|| PluginError::failed("mock device: bad kernel"))?;
         body(self, args);
         Ok(())
     }
     fn info(&self) -> Vec<(String, String)> {
         vec![("Device Type".into(), "mock".into())]
     }
-    fn shares_host_address_space(&self) -> bool {
+    fn is_accessible(&self, _ptr: usize, _size: usize) -> bool {
         false
     }
 }
@@ -158,7 +163,7 @@ impl Device for SharedMock {
     fn kernel(&self, image: ImageId, name: &CStr) -> Result<KernelId> {
         self.0.kernel(image, name)
     }
-    fn global(&self, image: ImageId, name: &CStr) -> Result<usize> {
+    fn global(&self, image: ImageId, name: &CStr) -> Result<GlobalSymbol> {
         self.0.global(image, name)
     }
     fn alloc(&self, size: usize, kind: AllocKind) -> Result<usize> {
@@ -167,11 +172,13 @@ impl Device for SharedMock {
     fn free(&self, ptr: usize, kind: AllocKind) -> Result<()> {
         self.0.free(ptr, kind)
     }
-    fn submit(&self, tgt: usize, host: usize, size: usize) -> Result<()> {
-        self.0.submit(tgt, host, size)
+    unsafe fn submit(&self, tgt: usize, host: usize, size: usize) -> Result<()> {
+        // SAFETY: forwarded with the caller's promise.
+        unsafe { self.0.submit(tgt, host, size) }
     }
-    fn retrieve(&self, host: usize, tgt: usize, size: usize) -> Result<()> {
-        self.0.retrieve(host, tgt, size)
+    unsafe fn retrieve(&self, host: usize, tgt: usize, size: usize) -> Result<()> {
+        // SAFETY: forwarded with the caller's promise.
+        unsafe { self.0.retrieve(host, tgt, size) }
     }
     fn copy_within(&self, dst: usize, src: usize, size: usize) -> Result<()> {
         self.0.copy_within(dst, src, size)
@@ -182,7 +189,7 @@ impl Device for SharedMock {
     fn info(&self) -> Vec<(String, String)> {
         self.0.info()
     }
-    fn shares_host_address_space(&self) -> bool {
+    fn is_accessible(&self, _ptr: usize, _size: usize) -> bool {
         false
     }
 }

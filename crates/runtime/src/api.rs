@@ -56,7 +56,9 @@ impl Runtime {
         }
         match self.api_device(device, call) {
             None => {}
-            Some(ApiDevice::Host) => host_memory::free(ptr),
+            // SAFETY: the program hands back what `omp_target_alloc` gave it for the host
+            // device (the API's contract; libomp's own allocator relies on the same).
+            Some(ApiDevice::Host) => unsafe { host_memory::free(ptr) },
             Some(ApiDevice::Offload(d)) => {
                 if let Err(e) = d.dev.free(ptr, kind) {
                     info::error(format_args!("{call}: Failed to deallocate device ptr 0x{ptr:016x}: {e}"));
@@ -105,7 +107,7 @@ impl Runtime {
         match self.api_device(device, "omp_target_is_accessible") {
             None => 0,
             Some(ApiDevice::Host) => 1,
-            Some(ApiDevice::Offload(d)) => i32::from(d.dev.shares_host_address_space()),
+            Some(ApiDevice::Offload(d)) => i32::from(d.dev.is_accessible(ptr, size)),
         }
     }
 
@@ -137,18 +139,23 @@ impl Runtime {
         let src = src.wrapping_add(src_off);
         let r = match (d, s) {
             (ApiDevice::Host, ApiDevice::Host) => {
-                host_memory::copy(dst, src, len);
+                // SAFETY: both ranges are host memory the program named for this copy
+                // (`omp_target_memcpy`'s contract).
+                unsafe { host_memory::copy(dst, src, len) };
                 Ok(())
             }
-            (ApiDevice::Offload(d), ApiDevice::Host) => d.dev.submit(dst, src, len),
-            (ApiDevice::Host, ApiDevice::Offload(s)) => s.dev.retrieve(dst, src, len),
+            // SAFETY: the host side is memory the program named for this copy.
+            (ApiDevice::Offload(d), ApiDevice::Host) => unsafe { d.dev.submit(dst, src, len) },
+            // SAFETY: as above, writable by the same contract.
+            (ApiDevice::Host, ApiDevice::Offload(s)) => unsafe { s.dev.retrieve(dst, src, len) },
             (ApiDevice::Offload(d), ApiDevice::Offload(s)) => {
                 if Arc::ptr_eq(&d, &s) {
                     d.dev.copy_within(dst, src, len)
                 } else {
                     let mut bounce = vec![0u8; len];
                     let b = bounce.as_mut_ptr() as usize;
-                    s.dev.retrieve(b, src, len).and_then(|_| d.dev.submit(dst, b, len))
+                    // SAFETY: `bounce` is ours and holds `len` bytes.
+                    unsafe { s.dev.retrieve(b, src, len).and_then(|_| d.dev.submit(dst, b, len)) }
                 }
             }
         };
@@ -227,10 +234,12 @@ impl Runtime {
         }
         match self.api_device(device, "omp_target_memset") {
             None => {}
-            Some(ApiDevice::Host) => host_memory::fill(ptr, byte as u8, len),
+            // SAFETY: the range is host memory the program named for this fill.
+            Some(ApiDevice::Host) => unsafe { host_memory::fill(ptr, byte as u8, len) },
             Some(ApiDevice::Offload(d)) => {
                 let buf = vec![byte as u8; len];
-                if let Err(e) = d.dev.submit(ptr, buf.as_ptr() as usize, len) {
+                // SAFETY: `buf` is ours and holds `len` bytes.
+                if let Err(e) = unsafe { d.dev.submit(ptr, buf.as_ptr() as usize, len) } {
                     info::error(format_args!("omp_target_memset failed: {e}"));
                 }
             }

@@ -74,6 +74,18 @@ pub struct ConstructState {
     new_entries: Vec<usize>,
     /// ATTACH entries, deferred to the end of data-begin: (pointer address, pointee begin, type).
     attaches: Vec<(usize, usize, i64, usize)>,
+    /// Host-to-device copies decided under the table lock, done after it is released.
+    copies: Vec<PendingCopy>,
+    /// Entries this construct marked as being mapped; cleared once its copies are done.
+    busy: Vec<usize>,
+}
+
+/// A copy to the device, decided while the table was locked.
+enum PendingCopy {
+    /// Program memory named by a map clause.
+    Data { tgt: usize, host: usize, size: usize, name: usize },
+    /// A device pointer value (an attached pointer) to store at `tgt`.
+    Pointer { tgt: usize, value: usize, name: usize },
 }
 
 /// Where a pointer or object landed on the device.
@@ -127,7 +139,7 @@ impl Runtime {
         info::message(format_args!(
             "device mapping required by 'present' {what} modifier does not exist for host address 0x{hp:016x} ({size} bytes)"
         ));
-        let var = match host_memory::c_str(name).map(omp_format::SourceLocation::from_map_name) {
+        let var = match info::map_name(name).map(omp_format::SourceLocation::from_map_name) {
             Some(l) if l.is_known() => format!("'{}' ({l})", l.name),
             Some(l) => format!("'{}'", l.name),
             None => "the variable".into(),
@@ -273,19 +285,70 @@ impl Runtime {
             return Ok(tp);
         }
         if r.copy_to && tp.tgt != 0 && !tp.is_host && r.size != 0 && (tp.is_new || has(r.ty, mt::ALWAYS)) {
-            self.submit(dev, tp.tgt, r.begin, r.size, r.name)?;
-            // The copy brought host pointer values; put the attached device values back.
+            st.copies.push(PendingCopy::Data { tgt: tp.tgt, host: r.begin, size: r.size, name: r.name });
+            match tp.key {
+                Some(key) if tp.is_new && !st.busy.contains(&key) => {
+                    t.mark_busy(key);
+                    st.busy.push(key);
+                }
+                _ => {}
+            }
+            // The copy brings host pointer values; put the attached device values back.
             if let Some(e) = tp.key.and_then(|k| t.get(k)) {
                 for s in e.shadows.iter().filter(|s| s.host_addr >= r.begin && s.host_addr < r.begin + r.size) {
-                    self.submit(dev, s.tgt_addr, &s.tgt_val as *const usize as usize, std::mem::size_of::<usize>(), 0)?;
+                    st.copies.push(PendingCopy::Pointer { tgt: s.tgt_addr, value: s.tgt_val, name: 0 });
                 }
             }
         }
         Ok(tp)
     }
 
+    /// Waits until no entry that one of `ranges` falls in is being mapped by another thread,
+    /// and returns the table locked.
+    fn lock_idle<'d>(&self, dev: &'d DeviceCtx, ranges: &[(usize, usize)]) -> omp_sync::MutexGuard<'d, MappingTable> {
+        let mut table = dev.lock_table();
+        while ranges.iter().any(|&(hp, size)| table.is_busy(hp, size)) {
+            table = dev.mapped.wait(table);
+        }
+        table
+    }
+
+    /// Performs the copies a construct queued under the table lock, then tells waiting
+    /// threads that the entries it was mapping are ready (also when a copy failed).
+    fn flush(&self, dev: &DeviceCtx, st: &mut ConstructState) -> Outcome {
+        let mut result = Ok(());
+        for copy in st.copies.drain(..) {
+            if result.is_err() {
+                continue;
+            }
+            result = match copy {
+                // SAFETY: queued from a map clause's (begin, size): program memory that the
+                // construct names and that stays alive while it runs.
+                PendingCopy::Data { tgt, host, size, name } => unsafe { self.submit(dev, tgt, host, size, name) },
+                PendingCopy::Pointer { tgt, value, name } => {
+                    // SAFETY: `value` is a local of this frame, 8 readable bytes.
+                    unsafe {
+                        self.submit(dev, tgt, &value as *const usize as usize, std::mem::size_of::<usize>(), name)
+                    }
+                }
+            };
+        }
+        if !st.busy.is_empty() {
+            let mut table = dev.lock_table();
+            for key in st.busy.drain(..) {
+                table.clear_busy(key);
+            }
+            drop(table);
+            dev.mapped.notify_all();
+        }
+        result
+    }
+
     /// Host→device copy with INFO 0x20 reporting.
-    pub(crate) fn submit(&self, dev: &DeviceCtx, tgt: usize, host: usize, size: usize, name: usize) -> Outcome {
+    ///
+    /// # Safety
+    /// `[host, host+size)` must be readable program memory for the duration of the call.
+    pub(crate) unsafe fn submit(&self, dev: &DeviceCtx, tgt: usize, host: usize, size: usize, name: usize) -> Outcome {
         if self.config.info_on(info_bits::DATA_TRANSFER) {
             info::info(
                 dev.id,
@@ -303,14 +366,25 @@ impl Runtime {
             bytes: size as u64,
             args: vec![],
         };
-        self.timed(span, || dev.dev.submit(tgt, host, size)).map_err(|e| {
+        // SAFETY: the caller's promise.
+        self.timed(span, || unsafe { dev.dev.submit(tgt, host, size) }).map_err(|e| {
             info::error(format_args!("Copying data to device failed: {e}"));
             Failed
         })
     }
 
     /// Device→host copy with INFO 0x20 reporting.
-    pub(crate) fn retrieve(&self, dev: &DeviceCtx, host: usize, tgt: usize, size: usize, name: usize) -> Outcome {
+    ///
+    /// # Safety
+    /// `[host, host+size)` must be writable program memory for the duration of the call.
+    pub(crate) unsafe fn retrieve(
+        &self,
+        dev: &DeviceCtx,
+        host: usize,
+        tgt: usize,
+        size: usize,
+        name: usize,
+    ) -> Outcome {
         if self.config.info_on(info_bits::DATA_TRANSFER) {
             info::info(
                 dev.id,
@@ -328,7 +402,8 @@ impl Runtime {
             bytes: size as u64,
             args: vec![],
         };
-        self.timed(span, || dev.dev.retrieve(host, tgt, size)).map_err(|e| {
+        // SAFETY: the caller's promise.
+        self.timed(span, || unsafe { dev.dev.retrieve(host, tgt, size) }).map_err(|e| {
             info::error(format_args!("Copying data from device failed: {e}"));
             Failed
         })
@@ -379,64 +454,76 @@ impl Runtime {
                 padding = begin % align;
             }
             let mut update_ref = member_of(ty).is_none() && !(from_mapper && i == 0);
-            let mut table = dev.lock_table();
-            let mut pointer = None;
-            if has(ty, mt::PTR_AND_OBJ) {
-                let req = Request {
-                    begin: base,
-                    base,
-                    padding: 0,
-                    size: std::mem::size_of::<usize>(),
-                    name,
-                    ty: ty & !(mt::TO | mt::ALWAYS),
-                    update_ref,
-                    copy_to: false,
-                };
-                let p = self.get_target_pointer(dev, &mut table, &req, st)?;
-                if !p.present() {
+            let ptr_and_obj = has(ty, mt::PTR_AND_OBJ);
+            let outcome = (|| -> Outcome {
+                let ptr_range = if ptr_and_obj { (base, std::mem::size_of::<usize>()) } else { (begin, size) };
+                let mut table = self.lock_idle(dev, &[(begin, size), ptr_range]);
+                let mut pointer = None;
+                if has(ty, mt::PTR_AND_OBJ) {
+                    let req = Request {
+                        begin: base,
+                        base,
+                        padding: 0,
+                        size: std::mem::size_of::<usize>(),
+                        name,
+                        ty: ty & !(mt::TO | mt::ALWAYS),
+                        update_ref,
+                        copy_to: false,
+                    };
+                    let p = self.get_target_pointer(dev, &mut table, &req, st)?;
+                    if !p.present() {
+                        info::error(format_args!(
+                            "Call to getTargetPointer returned null pointer ({}).",
+                            null_reason(ty)
+                        ));
+                        return Err(Failed);
+                    }
+                    pointer = Some(p);
+                    // SAFETY: a PTR_AND_OBJ entry's base is the address of the program's pointer
+                    // variable, which the map clause names and which is alive for the construct.
+                    base = unsafe { host_memory::read_ptr(args.bases[i]) };
+                    update_ref = !from_mapper || i != 0;
+                }
+                let req = Request { begin, base, padding, size, name, ty, update_ref, copy_to: has(ty, mt::TO) };
+                let obj = self.get_target_pointer(dev, &mut table, &req, st)?;
+                if !obj.present() && (size != 0 || has(ty, mt::PRESENT)) {
                     info::error(format_args!("Call to getTargetPointer returned null pointer ({}).", null_reason(ty)));
                     return Err(Failed);
                 }
-                pointer = Some(p);
-                base = host_memory::read_ptr(args.bases[i]);
-                update_ref = !from_mapper || i != 0;
-            }
-            let req = Request { begin, base, padding, size, name, ty, update_ref, copy_to: has(ty, mt::TO) };
-            let obj = self.get_target_pointer(dev, &mut table, &req, st)?;
-            if !obj.present() && (size != 0 || has(ty, mt::PRESENT)) {
-                info::error(format_args!("Call to getTargetPointer returned null pointer ({}).", null_reason(ty)));
-                return Err(Failed);
-            }
-            if self.config.info_on(info_bits::EMPTY_MAPPING)
-                && !obj.present()
-                && !has(ty, mt::IMPLICIT)
-                && member_of(ty).is_none()
-                && ty != 0
-            {
-                info::info(
-                    dev.id,
-                    format_args!("variable {} does not have a valid device counterpart", info::var_name(name)),
-                );
-            }
-            if has(ty, mt::RETURN_PARAM) {
-                // An unmapped use_device_ptr/addr yields the host pointer for clang 22 programs
-                // (OpenMP 5.1, LLVM 22) and NULL for clang 19 programs, as their runtimes do.
-                args.bases[i] = if obj.present() {
-                    obj.tgt.wrapping_sub(begin.wrapping_sub(base))
-                } else if self.clang19_programs_only() {
-                    0
-                } else {
-                    base
-                };
-            }
-            if let (Some(p), false) = (pointer, obj.is_host) {
-                if obj.tgt != 0 && !p.is_host {
-                    let expected = obj.tgt.wrapping_sub(begin.wrapping_sub(base));
-                    let shadow =
-                        ShadowPtr { host_addr: args.bases[i], host_val: base, tgt_addr: p.tgt, tgt_val: expected };
-                    self.attach(dev, &mut table, p.key, shadow)?;
+                if self.config.info_on(info_bits::EMPTY_MAPPING)
+                    && !obj.present()
+                    && !has(ty, mt::IMPLICIT)
+                    && member_of(ty).is_none()
+                    && ty != 0
+                {
+                    info::info(
+                        dev.id,
+                        format_args!("variable {} does not have a valid device counterpart", info::var_name(name)),
+                    );
                 }
-            }
+                if has(ty, mt::RETURN_PARAM) {
+                    // An unmapped use_device_ptr/addr yields the host pointer for clang 22 programs
+                    // (OpenMP 5.1, LLVM 22) and NULL for clang 19 programs, as their runtimes do.
+                    args.bases[i] = if obj.present() {
+                        obj.tgt.wrapping_sub(begin.wrapping_sub(base))
+                    } else if self.clang19_programs_only() {
+                        0
+                    } else {
+                        base
+                    };
+                }
+                if let (Some(p), false) = (pointer, obj.is_host) {
+                    if obj.tgt != 0 && !p.is_host {
+                        let expected = obj.tgt.wrapping_sub(begin.wrapping_sub(base));
+                        let shadow =
+                            ShadowPtr { host_addr: args.bases[i], host_val: base, tgt_addr: p.tgt, tgt_val: expected };
+                        self.attach(&mut table, p.key, shadow, st);
+                    }
+                }
+                Ok(())
+            })();
+            let flushed = self.flush(dev, st);
+            outcome.and(flushed)?;
         }
         if !from_mapper && !st.attaches.is_empty() {
             self.process_attaches(dev, st)?;
@@ -446,18 +533,18 @@ impl Runtime {
 
     /// Records a shadow pointer on the entry holding the pointer and writes the device value
     /// when it is new or changed.
-    fn attach(&self, dev: &DeviceCtx, table: &mut MappingTable, key: Option<usize>, shadow: ShadowPtr) -> Outcome {
-        let Some(e) = key.and_then(|k| table.get_mut(k)) else { return Ok(()) };
+    fn attach(&self, table: &mut MappingTable, key: Option<usize>, shadow: ShadowPtr, st: &mut ConstructState) {
+        let Some(e) = key.and_then(|k| table.get_mut(k)) else { return };
         let name = e.name;
         match e.shadows.iter_mut().find(|s| s.host_addr == shadow.host_addr) {
             Some(s) if s.tgt_val == shadow.tgt_val => {
                 s.host_val = shadow.host_val;
-                return Ok(());
+                return;
             }
             Some(s) => *s = shadow,
             None => e.shadows.push(shadow),
         }
-        self.submit(dev, shadow.tgt_addr, &shadow.tgt_val as *const usize as usize, std::mem::size_of::<usize>(), name)
+        st.copies.push(PendingCopy::Pointer { tgt: shadow.tgt_addr, value: shadow.tgt_val, name });
     }
 
     /// clang 22's ATTACH entries: point the device copy of a pointer at the device copy of
@@ -478,7 +565,9 @@ impl Runtime {
             if !always && !st.new_entries.contains(&pk) && !st.new_entries.contains(&ok) {
                 continue;
             }
-            let host_val = host_memory::read_ptr(ptr_addr);
+            // SAFETY: an ATTACH entry's base is the address of the program's pointer variable,
+            // mapped by this construct and alive for it.
+            let host_val = unsafe { host_memory::read_ptr(ptr_addr) };
             let pointee_tgt = table.get(ok).expect("key").translate(pointee_begin);
             let expected = pointee_tgt.wrapping_sub(pointee_begin.wrapping_sub(host_val));
             let tgt_addr = table.get(pk).expect("key").translate(ptr_addr);
@@ -489,9 +578,10 @@ impl Runtime {
                 Some(s) => *s = shadow,
                 None => e.shadows.push(shadow),
             }
-            self.submit(dev, tgt_addr, &expected as *const usize as usize, ptr_size, name)?;
+            st.copies.push(PendingCopy::Pointer { tgt: tgt_addr, value: expected, name });
         }
-        Ok(())
+        drop(table);
+        self.flush(dev, st)
     }
 
     /// targetDataEnd: release every entry, in reverse order; copy back on the last
@@ -504,7 +594,9 @@ impl Runtime {
             let Some(e) = table.get_mut(key) else { continue };
             if copied_back {
                 for s in &e.shadows {
-                    host_memory::write_ptr(s.host_addr, s.host_val);
+                    // SAFETY: a shadow's host address is a pointer inside a mapped object
+                    // whose data was just copied back into the program's memory.
+                    unsafe { host_memory::write_ptr(s.host_addr, s.host_val) };
                 }
             }
             if delete && e.total_rc() == 0 {
@@ -612,11 +704,14 @@ impl Runtime {
                 );
             }
             let copy_back = has(ty, mt::FROM) && (has(ty, mt::ALWAYS) || is_last) && size != 0;
-            if copy_back {
-                self.retrieve(dev, begin, tgt, size, args.name(i))?;
-            }
             let delete = member_of(ty).is_none() || has(ty, mt::PTR_AND_OBJ);
             removals.push((key, copy_back, delete));
+            drop(table);
+            if copy_back {
+                // SAFETY: (begin, size) is a map clause's section: program memory that the
+                // construct names, writable for a `from` map.
+                unsafe { self.retrieve(dev, begin, tgt, size, args.name(i)) }?;
+            }
         }
         Ok(())
     }
@@ -650,7 +745,7 @@ impl Runtime {
     }
 
     fn update_contiguous(&self, dev: &DeviceCtx, begin: usize, size: usize, ty: i64, name: usize) -> Outcome {
-        let table = dev.lock_table();
+        let table = self.lock_idle(dev, &[(begin, size)]);
         let Lookup::Contained(key) = table.lookup(begin, size) else {
             if has(ty, mt::PRESENT) {
                 self.present_message(dev, &table, begin, size, name, true);
@@ -660,16 +755,24 @@ impl Runtime {
         };
         let e = table.get(key).expect("key");
         let tgt = e.translate(begin);
+        let shadows = e.shadows.clone();
+        drop(table);
         if has(ty, mt::TO) {
-            self.submit(dev, tgt, begin, size, name)?;
-            for s in &e.shadows {
-                self.submit(dev, s.tgt_addr, &s.tgt_val as *const usize as usize, std::mem::size_of::<usize>(), 0)?;
+            // SAFETY: (begin, size) is the `update to` section: program memory it names.
+            unsafe { self.submit(dev, tgt, begin, size, name) }?;
+            for s in &shadows {
+                // SAFETY: `s.tgt_val` is a field of a local copy, 8 readable bytes.
+                unsafe {
+                    self.submit(dev, s.tgt_addr, &s.tgt_val as *const usize as usize, std::mem::size_of::<usize>(), 0)
+                }?;
             }
         }
         if has(ty, mt::FROM) {
-            self.retrieve(dev, begin, tgt, size, name)?;
-            for s in &e.shadows {
-                host_memory::write_ptr(s.host_addr, s.host_val);
+            // SAFETY: (begin, size) is the `update from` section: program memory it names.
+            unsafe { self.retrieve(dev, begin, tgt, size, name) }?;
+            for s in &shadows {
+                // SAFETY: as in `data_end`: the pointer lies in the object just copied back.
+                unsafe { host_memory::write_ptr(s.host_addr, s.host_val) };
             }
         }
         Ok(())
@@ -691,7 +794,9 @@ impl Runtime {
         let dim: Vec<(u64, u64, u64)> = (0..dims)
             .map(|d| {
                 let p = descs + d * 24;
-                (host_memory::read_u64(p), host_memory::read_u64(p + 8), host_memory::read_u64(p + 16))
+                // SAFETY: for a NON_CONTIG entry the compiler passes, as `begin`, an array of
+                // `dims` {offset, count, stride} descriptors of 24 bytes each.
+                unsafe { (host_memory::read_u64(p), host_memory::read_u64(p + 8), host_memory::read_u64(p + 16)) }
             })
             .collect();
         // Trailing dimensions that are contiguous with the one before merge into it.

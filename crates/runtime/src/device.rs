@@ -6,12 +6,12 @@ use crate::registry::RegisteredDesc;
 use crate::table::{MapEntry, MappingTable, INF};
 use crate::{info, Runtime};
 use omp_format::SourceLocation;
-use omp_plugin::{host_memory, AllocKind, Device, KernelId, PluginError};
+use omp_plugin::{AllocKind, Device, KernelId, PluginError};
+use omp_sync::{Mutex, MutexGuard, RwLock, Signal};
 use std::collections::{HashMap, HashSet};
 use std::ffi::CString;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard, RwLock};
 
 /// Hashes addresses: they are already well spread, so one multiply does.
 #[derive(Default)]
@@ -33,11 +33,20 @@ impl Hasher for AddrHasher {
 
 type AddrMap<V> = HashMap<usize, V, BuildHasherDefault<AddrHasher>>;
 
-/// Images and kernels loaded on the device.
+/// Which registered binaries have their image loaded on the device.
 #[derive(Default)]
 struct Loaded {
     /// Serial numbers of descriptors whose image is loaded here.
     descs: HashSet<u64>,
+    /// Serial numbers of descriptors whose image a thread is loading right now.
+    loading: HashSet<u64>,
+}
+
+/// One image to load, taken from the registry so that no lock is held while loading.
+struct LoadJob {
+    serial: u64,
+    image: crate::registry::LoadableImage,
+    entries: std::sync::Arc<Vec<omp_format::OffloadEntry>>,
 }
 
 pub struct DeviceCtx {
@@ -47,7 +56,11 @@ pub struct DeviceCtx {
     pub plugin: usize,
     pub dev: Box<dyn Device>,
     pub table: Mutex<MappingTable>,
+    /// Notified when entries that were being mapped are ready (see `MappingTable::is_busy`).
+    pub mapped: Signal,
     loaded: Mutex<Loaded>,
+    /// Notified when a thread finishes loading an image (see `Loaded::loading`).
+    load_done: Signal,
     /// The registry generation whose images are all loaded here.
     loaded_generation: AtomicU64,
     /// Kernel handles by host region-id address.
@@ -62,7 +75,9 @@ impl DeviceCtx {
             plugin,
             dev,
             table: Mutex::new(MappingTable::new()),
+            mapped: Signal::new(),
             loaded: Mutex::new(Loaded::default()),
+            load_done: Signal::new(),
             loaded_generation: AtomicU64::new(u64::MAX),
             kernels: RwLock::new(AddrMap::default()),
             mm: MemoryManager::new(mm_threshold),
@@ -70,13 +85,13 @@ impl DeviceCtx {
     }
 
     pub fn lock_table(&self) -> MutexGuard<'_, MappingTable> {
-        self.table.lock().unwrap_or_else(|p| p.into_inner())
+        self.table.lock()
     }
 
     /// The kernel for a host region id, if an image on this device provides it.
     #[inline]
     pub fn kernel(&self, host_ptr: usize) -> Option<KernelId> {
-        self.kernels.read().unwrap().get(&host_ptr).copied()
+        self.kernels.read().get(&host_ptr).copied()
     }
 
     /// Allocates device memory for the runtime's own use (mappings, private copies), through
@@ -120,11 +135,11 @@ impl DeviceCtx {
     }
 
     pub(crate) fn forget_desc(&self, desc: &RegisteredDesc) {
-        let mut loaded = self.loaded.lock().unwrap();
+        let mut loaded = self.loaded.lock();
         if !loaded.descs.remove(&desc.serial) {
             return;
         }
-        let mut kernels = self.kernels.write().unwrap();
+        let mut kernels = self.kernels.write();
         for e in desc.entries.iter().filter(|e| e.is_kernel()) {
             kernels.remove(&(e.addr as usize));
         }
@@ -134,66 +149,108 @@ impl DeviceCtx {
 impl Runtime {
     /// Loads, on first use of the device, every registered image it can run, binds
     /// declare-target globals and resolves kernels.
+    ///
+    /// No lock is held while an image loads: loading runs the image's constructors through
+    /// the system loader, whose own lock another thread may hold while it registers a
+    /// library (its constructor calls `__tgt_register_lib`). Threads that need an image
+    /// another thread is loading wait for it.
     pub fn ensure_loaded(&self, dev: &DeviceCtx) -> Result<(), String> {
         let generation = self.generation.load(Ordering::Acquire);
         if dev.loaded_generation.load(Ordering::Acquire) == generation {
             return Ok(());
         }
-        let mut loaded = dev.loaded.lock().unwrap();
-        let reg = self.registry.read().unwrap();
-        for desc in &reg.descs {
-            if loaded.descs.contains(&desc.serial) {
-                continue;
+        while let Some(job) = self.next_load_job(dev) {
+            let result = self.load_one(dev, &job);
+            let mut loaded = dev.loaded.lock();
+            loaded.loading.remove(&job.serial);
+            if result.is_ok() {
+                loaded.descs.insert(job.serial);
             }
-            // The last compatible image of a descriptor wins, as in LLVM.
-            let Some(image) = desc.images.iter().rev().find(|i| i.plugins.contains(&dev.plugin)) else { continue };
-            let span = || crate::profile::Span {
-                cat: crate::profile::Category::ImageLoad,
-                name: format!("load image ({})", if image.triple.is_empty() { "unknown" } else { &image.triple }),
-                device: dev.id,
-                bytes: image.bytes.len() as u64,
-                args: vec![("entries", desc.entries.len().to_string())],
-            };
-            self.timed(span, || -> Result<(), String> {
-                let image_id = dev.dev.load_image(image.bytes).map_err(|e| format!("Failed to load image: {e}"))?;
-                self.observe(|o| o.device_load(dev.id, image.bytes, image_id.0 as u64));
-                crate::debug!(
-                    self,
-                    "omptarget",
-                    "device {}: loaded image of {} bytes, {} entries",
-                    dev.id,
-                    image.bytes.len(),
-                    desc.entries.len()
-                );
-                self.bind_entries(dev, image_id, desc)
-            })?;
-            loaded.descs.insert(desc.serial);
+            drop(loaded);
+            dev.load_done.notify_all();
+            result?;
         }
         dev.loaded_generation.store(generation, Ordering::Release);
         Ok(())
     }
 
-    fn bind_entries(&self, dev: &DeviceCtx, image: omp_plugin::ImageId, desc: &RegisteredDesc) -> Result<(), String> {
+    /// The next registered image this device still lacks, claimed for loading; waits while
+    /// other threads load the only ones left.
+    fn next_load_job(&self, dev: &DeviceCtx) -> Option<LoadJob> {
+        let mut loaded = dev.loaded.lock();
+        loop {
+            let job = {
+                let reg = self.registry.read();
+                reg.descs
+                    .iter()
+                    .filter(|d| !loaded.descs.contains(&d.serial) && !loaded.loading.contains(&d.serial))
+                    .find_map(|desc| {
+                        // The last compatible image of a descriptor wins, as in LLVM.
+                        let image = desc.images.iter().rev().find(|i| i.plugins.contains(&dev.plugin))?;
+                        Some(LoadJob { serial: desc.serial, image: image.clone(), entries: desc.entries.clone() })
+                    })
+            };
+            if let Some(job) = job {
+                loaded.loading.insert(job.serial);
+                return Some(job);
+            }
+            if loaded.loading.is_empty() {
+                return None;
+            }
+            loaded = dev.load_done.wait(loaded);
+        }
+    }
+
+    fn load_one(&self, dev: &DeviceCtx, job: &LoadJob) -> Result<(), String> {
+        let image = &job.image;
+        let span = || crate::profile::Span {
+            cat: crate::profile::Category::ImageLoad,
+            name: format!("load image ({})", if image.triple.is_empty() { "unknown" } else { &image.triple }),
+            device: dev.id,
+            bytes: image.bytes().len() as u64,
+            args: vec![("entries", job.entries.len().to_string())],
+        };
+        self.timed(span, || -> Result<(), String> {
+            let image_id = dev.dev.load_image(image.bytes()).map_err(|e| format!("Failed to load image: {e}"))?;
+            self.observe(|o| o.device_load(dev.id, image.bytes(), image_id.0 as u64));
+            crate::debug!(
+                self,
+                "omptarget",
+                "device {}: loaded image of {} bytes, {} entries",
+                dev.id,
+                image.bytes().len(),
+                job.entries.len()
+            );
+            self.bind_entries(dev, image_id, &job.entries)
+        })
+    }
+
+    /// Resolves every kernel and global of a freshly loaded image (backend calls, no lock
+    /// held), then records them in the kernel map and the mapping table.
+    fn bind_entries(
+        &self,
+        dev: &DeviceCtx,
+        image: omp_plugin::ImageId,
+        entries: &[omp_format::OffloadEntry],
+    ) -> Result<(), String> {
         let usm = self.requires_usm();
-        let mut kernels = dev.kernels.write().unwrap();
-        let mut table = dev.lock_table();
-        for e in desc.entries.iter() {
+        let mut kernels = Vec::new();
+        let mut globals = Vec::new();
+        for e in entries {
             if e.is_requires() || e.addr == 0 {
                 continue;
             }
-            let Some(name) = host_memory::c_str(e.name as usize) else { continue };
+            let Some(name) = info::map_name(e.name as usize) else { continue };
             let Ok(cname) = CString::new(name) else { continue };
             if e.size == 0 {
                 match dev.dev.kernel(image, &cname) {
-                    Ok(k) => {
-                        kernels.insert(e.addr as usize, k);
-                    }
+                    Ok(k) => kernels.push((e.addr as usize, k)),
                     Err(err) => info::error(format_args!("Failed to load kernel {name}: {err}")),
                 }
                 continue;
             }
             let tgt = match dev.dev.global(image, &cname) {
-                Ok(t) => t,
+                Ok(g) => g.addr,
                 Err(_) => {
                     info::error(format_args!("Failed to load symbol {name}"));
                     continue;
@@ -204,15 +261,23 @@ impl Runtime {
             let tgt = if e.is_indirect() {
                 // The device global holds the device function's address.
                 let mut fnaddr = 0usize;
-                self.retrieve(dev, &mut fnaddr as *mut usize as usize, tgt, 8, 0)
+                // SAFETY: `fnaddr` is a local, 8 writable bytes.
+                unsafe { self.retrieve(dev, &mut fnaddr as *mut usize as usize, tgt, 8, 0) }
                     .map_err(|_| format!("cannot read indirect function {name}"))?;
                 fnaddr
             } else {
                 tgt
             };
             if usm && !e.is_indirect() {
-                dev.dev.submit(tgt, host, size).map_err(|err| err.to_string())?;
+                // SAFETY: a declare-target entry's address and size describe the program's
+                // global, alive while its binary is registered.
+                unsafe { dev.dev.submit(tgt, host, size) }.map_err(|err| err.to_string())?;
             }
+            globals.push((host, size, tgt, e.name as usize));
+        }
+        dev.kernels.write().extend(kernels);
+        let mut table = dev.lock_table();
+        for (host, size, tgt, name) in globals {
             if table.lookup(host, size).key().is_some() {
                 continue; // Fortran may emit the same global twice.
             }
@@ -224,7 +289,7 @@ impl Runtime {
                 tgt_begin: tgt,
                 dyn_rc: INF,
                 hold_rc: 0,
-                name: e.name as usize,
+                name,
                 shadows: Vec::new(),
                 owns_memory: false,
             });

@@ -13,21 +13,31 @@ pub struct Loc(pub usize);
 impl Loc {
     pub const NONE: Loc = Loc(0);
     pub fn parse(self) -> SourceLocation<'static> {
-        match host_memory::c_str(self.0) {
+        // SAFETY: an `ident_t` psource string is a constant of the calling binary, which
+        // is loaded while its construct runs.
+        match unsafe { host_memory::c_str(self.0) } {
             Some(s) => SourceLocation::from_ident(s),
             None => SourceLocation::from_ident(";unknown;unknown;0;0;;"),
         }
     }
 }
 
+/// A map-name string (`;name;file;line;col;;`), or a descriptor entry's symbol name.
+pub fn map_name(name: usize) -> Option<&'static str> {
+    // SAFETY: map names and entry names are constants the compiler emitted into a registered
+    // binary; the runtime keeps them only while that binary is registered (mappings it made
+    // are looked at before its unregistration, as in LLVM).
+    unsafe { host_memory::c_str(name) }
+}
+
 /// The variable name in a map-name string, or `unknown`.
 pub fn var_name(name: usize) -> &'static str {
-    host_memory::c_str(name).map(|s| SourceLocation::from_map_name(s).name).unwrap_or("unknown")
+    map_name(name).map(|s| SourceLocation::from_map_name(s).name).unwrap_or("unknown")
 }
 
 /// `name at file:line:col` as the table dump prints declarations.
 pub fn declaration(name: usize) -> String {
-    match host_memory::c_str(name) {
+    match map_name(name) {
         Some(s) => {
             let l = SourceLocation::from_map_name(s);
             format!("{} at {}:{}:{}", l.name, l.file_name(), l.line, l.column)

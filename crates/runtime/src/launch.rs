@@ -17,6 +17,11 @@ pub struct KernelLaunch<'a> {
     pub thread_limit: u32,
     pub tripcount: u64,
     pub nowait: bool,
+    /// The second and third dimensions of `num_teams` and `thread_limit` (0: unspecified).
+    pub teams_yz: [u32; 2],
+    pub threads_yz: [u32; 2],
+    /// Dynamic group memory the construct asked for (`ompx_dyn_cgroup_mem`).
+    pub dyn_group_mem: u32,
 }
 
 /// What `__tgt_target_kernel` returns.
@@ -85,8 +90,10 @@ impl Runtime {
                 self.observe(|o| o.submit(target_id, op, launch.num_teams));
             }
             let config = LaunchConfig {
-                num_teams: launch.num_teams,
-                thread_limit: launch.thread_limit,
+                num_teams: [launch.num_teams, launch.teams_yz[0], launch.teams_yz[1]],
+                thread_limit: [launch.thread_limit, launch.threads_yz[0], launch.threads_yz[1]],
+                tripcount: launch.tripcount,
+                dyn_group_mem: launch.dyn_group_mem,
                 with_dyn_ptr: launch.version >= 3,
             };
             let span = || crate::profile::Span {
@@ -127,7 +134,7 @@ impl Runtime {
     /// documentation's `sum` example without `map(to: A[0:N])`).
     fn unmapped_pointer_note(&self, dev: &DeviceCtx, loc: Loc, host_ptr: usize, var: &str, addr: usize) {
         let kernel = self.kernel_name(host_ptr).unwrap_or_default();
-        let why = if dev.dev.shares_host_address_space() {
+        let why = if dev.dev.is_accessible(addr, 1) {
             " (this works only because the device shares the host's memory: map the data it points to)"
         } else {
             ""
@@ -176,13 +183,16 @@ impl Runtime {
                         if let Some(k) = table.lookup(begin, args.sizes[i].max(0) as usize).key() {
                             let dev_ptr = table.get(k).expect("key").translate(begin);
                             drop(table);
-                            self.submit(
-                                dev,
-                                field,
-                                &dev_ptr as *const usize as usize,
-                                std::mem::size_of::<usize>(),
-                                0,
-                            )?;
+                            // SAFETY: `dev_ptr` is a local, 8 readable bytes.
+                            unsafe {
+                                self.submit(
+                                    dev,
+                                    field,
+                                    &dev_ptr as *const usize as usize,
+                                    std::mem::size_of::<usize>(),
+                                    0,
+                                )
+                            }?;
                         }
                     }
                 }
@@ -198,11 +208,19 @@ impl Runtime {
                 })?;
                 privates.push((storage, size.max(1)));
                 if has(ty, mt::TO) && size > 0 {
-                    self.submit(dev, storage, begin, size, args.name(i))?;
+                    // SAFETY: a firstprivate's (begin, size) is the program's variable, named
+                    // by the construct and alive for it.
+                    unsafe { self.submit(dev, storage, begin, size, args.name(i)) }?;
                 }
                 storage.wrapping_add(base.wrapping_sub(begin))
             } else {
-                let hp_base = if has(ty, mt::PTR_AND_OBJ) { omp_plugin::host_memory::read_ptr(base) } else { base };
+                let hp_base = if has(ty, mt::PTR_AND_OBJ) {
+                    // SAFETY: a PTR_AND_OBJ base is the address of the program's pointer
+                    // variable, named by the map clause and alive for the construct.
+                    unsafe { omp_plugin::host_memory::read_ptr(base) }
+                } else {
+                    base
+                };
                 let table = dev.lock_table();
                 let tgt_begin = match table.lookup(begin, args.sizes[i].max(0) as usize) {
                     Lookup::Contained(k) | Lookup::Extends(k) => table.get(k).expect("key").translate(begin),
@@ -223,12 +241,12 @@ impl Runtime {
 
     /// The device symbol name of a kernel, from the registered entries.
     fn kernel_name(&self, host_ptr: usize) -> Option<String> {
-        let reg = self.registry.read().unwrap();
+        let reg = self.registry.read();
         reg.descs
             .iter()
             .flat_map(|d| d.entries.iter())
             .find(|e| e.addr as usize == host_ptr && e.size == 0)
-            .and_then(|e| omp_plugin::host_memory::c_str(e.name as usize))
+            .and_then(|e| info::map_name(e.name as usize))
             .map(str::to_string)
     }
 }

@@ -26,8 +26,9 @@ pub use launch::KernelLaunch;
 pub use registry::{BinaryImage, Descriptor};
 
 use omp_plugin::Plugin;
+use omp_sync::RwLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock, RwLock};
+use std::sync::{Arc, OnceLock};
 
 /// What the runtime needs from libomp and from the program's code.
 pub trait OpenMpHost: Send + Sync {
@@ -68,6 +69,9 @@ pub struct Runtime {
     plugins: Vec<Box<dyn Plugin>>,
     /// Devices in user numbering; only ever appended to.
     devices: RwLock<Vec<Arc<DeviceCtx>>>,
+    /// Held while a plugin's devices are being opened (a backend call), so that they are
+    /// opened once; the device list itself is locked only to append.
+    opening: omp_sync::Mutex<()>,
     /// Cached `devices.len()` for the hot path.
     num_devices: AtomicUsize,
     pub(crate) registry: RwLock<registry::Registry>,
@@ -96,6 +100,7 @@ impl Runtime {
             host,
             plugins,
             devices: RwLock::new(Vec::new()),
+            opening: omp_sync::Mutex::new(()),
             num_devices: AtomicUsize::new(0),
             registry: RwLock::new(registry::Registry::default()),
             generation: AtomicU64::new(0),
@@ -229,11 +234,11 @@ impl Runtime {
         if id < 0 {
             return None;
         }
-        self.devices.read().unwrap().get(id as usize).cloned()
+        self.devices.read().get(id as usize).cloned()
     }
 
     pub fn devices(&self) -> Vec<Arc<DeviceCtx>> {
-        self.devices.read().unwrap().clone()
+        self.devices.read().clone()
     }
 
     /// The offload policy, computed once: DEFAULT becomes MANDATORY when devices exist.
@@ -301,7 +306,7 @@ impl Runtime {
             info::error(format_args!("Run with LIBOMPTARGET_INFO=4 to dump host-target pointer mappings."));
         }
         if self.num_devices() == 0 {
-            let reg = self.registry.read().unwrap();
+            let reg = self.registry.read();
             info::error(format_args!(
                 "No images found compatible with the installed hardware. Found {} image(s): ({})",
                 reg.image_count(),

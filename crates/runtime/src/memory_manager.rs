@@ -4,7 +4,7 @@
 //! nothing returns to the device until the cache is drained. Callers pass the size back on
 //! free, so the cache keeps no per-block bookkeeping.
 
-use std::sync::Mutex;
+use omp_sync::Mutex;
 
 const MIN_SHIFT: u32 = 4;
 const CLASSES: usize = 28;
@@ -38,19 +38,19 @@ impl MemoryManager {
     #[inline]
     pub fn take(&self, size: usize) -> Option<usize> {
         let (class, _) = Self::class(size);
-        self.free.lock().unwrap_or_else(|p| p.into_inner())[class].pop()
+        self.free.lock()[class].pop()
     }
 
     /// Returns a block that was allocated for a request of `size` bytes.
     #[inline]
     pub fn give_back(&self, ptr: usize, size: usize) {
         let (class, _) = Self::class(size);
-        self.free.lock().unwrap_or_else(|p| p.into_inner())[class].push(ptr);
+        self.free.lock()[class].push(ptr);
     }
 
     /// Every free block, emptied from the cache (to release them to the device).
     pub fn drain_free(&self) -> Vec<usize> {
-        let mut f = self.free.lock().unwrap_or_else(|p| p.into_inner());
+        let mut f = self.free.lock();
         f.iter_mut().flat_map(std::mem::take).collect()
     }
 }

@@ -4,9 +4,9 @@
 //! The file is written once, at exit or before a mandatory-offload abort, and is always
 //! complete JSON.
 
+use omp_sync::Mutex;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
-use std::sync::Mutex;
 use std::time::Instant;
 
 /// What a span was.
@@ -118,12 +118,12 @@ impl Profiler {
 
     pub fn record(&self, span: Span, start_ns: u64, end_ns: u64) {
         let r = Record { span, start_ns, dur_ns: end_ns.saturating_sub(start_ns), tid: thread_id() };
-        self.records.lock().unwrap_or_else(|p| p.into_inner()).push(r);
+        self.records.lock().push(r);
     }
 
     /// The trace as Chrome Trace Event JSON.
     pub fn json(&self) -> String {
-        let records = self.records.lock().unwrap_or_else(|p| p.into_inner());
+        let records = self.records.lock();
         let pid = std::process::id();
         let mut s = String::from("{\"displayTimeUnit\":\"ns\",\"traceEvents\":[\n");
         let _ = write!(
@@ -155,7 +155,7 @@ impl Profiler {
 
     /// The summary table: per kernel and per copy direction.
     pub fn summary_table(&self) -> String {
-        let records = self.records.lock().unwrap_or_else(|p| p.into_inner());
+        let records = self.records.lock();
         let mut by: BTreeMap<(Category, String), Totals> = BTreeMap::new();
         for r in records.iter() {
             let key = match r.span.cat {
@@ -198,7 +198,7 @@ impl Profiler {
 
     /// Writes the file and the summary, once.
     pub fn finish(&self) {
-        let mut done = self.done.lock().unwrap_or_else(|p| p.into_inner());
+        let mut done = self.done.lock();
         if *done {
             return;
         }

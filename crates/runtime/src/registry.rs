@@ -5,11 +5,10 @@ use omp_format::{EntryLayout, OffloadBinary, OffloadEntry};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-/// One device image as the program embedded it.
-#[derive(Debug, Clone, Copy)]
+/// One device image as the program embedded it (a copy the runtime owns).
+#[derive(Debug, Clone)]
 pub struct BinaryImage {
-    /// The image bytes (inside the program's read-only data, alive until unregistration).
-    pub bytes: &'static [u8],
+    pub bytes: Arc<[u8]>,
 }
 
 /// A `__tgt_bin_desc`, unpacked by the ABI layer.
@@ -26,7 +25,10 @@ pub struct Descriptor {
 /// An image unwrapped from its container, with the plugin that can run it.
 #[derive(Debug, Clone)]
 pub struct LoadableImage {
-    pub bytes: &'static [u8],
+    /// The whole embedded image (OffloadBinary or bare ELF)...
+    data: Arc<[u8]>,
+    /// ...and where the loadable image lies in it.
+    range: std::ops::Range<usize>,
     pub triple: String,
     /// Every plugin that can run the image (the host CPU and a remote server may both).
     pub plugins: Vec<usize>,
@@ -50,6 +52,13 @@ pub struct Registry {
     legacy_layout: Vec<bool>,
 }
 
+impl LoadableImage {
+    /// The image a plugin loads.
+    pub fn bytes(&self) -> &[u8] {
+        &self.data[self.range.clone()]
+    }
+}
+
 impl Registry {
     pub fn image_count(&self) -> usize {
         self.descs.iter().map(|d| d.images.len()).sum()
@@ -70,6 +79,15 @@ pub mod requires {
     pub const UNIFIED_ADDRESS: u64 = 0x4;
     pub const UNIFIED_SHARED_MEMORY: u64 = 0x8;
     pub const DYNAMIC_ALLOCATORS: u64 = 0x10;
+}
+
+/// Where `inner` (a slice borrowed from `outer`) lies in `outer`.
+fn subslice_range(outer: &[u8], inner: &[u8]) -> std::ops::Range<usize> {
+    let start = (inner.as_ptr() as usize).wrapping_sub(outer.as_ptr() as usize);
+    if start > outer.len() || inner.len() > outer.len() - start {
+        return 0..outer.len();
+    }
+    start..start + inner.len()
 }
 
 fn requires_clause(bit: u64) -> &'static str {
@@ -105,7 +123,36 @@ impl Runtime {
             desc.entries.len(),
             desc.layout
         );
-        let mut reg = self.registry.write().unwrap();
+        let mut images = Vec::new();
+        for img in &desc.images {
+            let (range, triple) = match OffloadBinary::parse(&img.bytes) {
+                Ok(bin) => (subslice_range(&img.bytes, bin.image), bin.triple().to_string()),
+                Err(_) => (0..img.bytes.len(), String::new()),
+            };
+            let bytes = &img.bytes[range.clone()];
+            let triple_opt = (!triple.is_empty()).then_some(triple.as_str());
+            let plugins: Vec<usize> = self
+                .plugins
+                .iter()
+                .enumerate()
+                .filter(|(_, p)| p.is_compatible(bytes, triple_opt))
+                .map(|(i, _)| i)
+                .collect();
+            if plugins.is_empty() && self.config.debug > 0 {
+                info::emit(&format!(
+                    "omptarget debug: image of {} bytes ({}) suits no plugin\n",
+                    bytes.len(),
+                    if triple.is_empty() { "no triple" } else { &triple }
+                ));
+            }
+            images.push(LoadableImage { data: img.bytes.clone(), range, triple, plugins });
+        }
+        // Devices open before the registry is locked: opening is a backend call (a
+        // connection, for a remote server) and must not stall other threads' lookups.
+        for plugin in images.iter().flat_map(|i| i.plugins.iter().copied()).collect::<std::collections::BTreeSet<_>>() {
+            self.open_plugin_devices(plugin);
+        }
+        let mut reg = self.registry.write();
         if reg.descs.iter().any(|d| d.key == desc.key) {
             return;
         }
@@ -130,33 +177,6 @@ impl Runtime {
                 }
             }
         }
-        let mut images = Vec::new();
-        for img in &desc.images {
-            let (bytes, triple) = match OffloadBinary::parse(img.bytes) {
-                // The inner image borrows from the same 'static bytes.
-                Ok(bin) => (bin.image, bin.triple().to_string()),
-                Err(_) => (img.bytes, String::new()),
-            };
-            let triple_opt = (!triple.is_empty()).then_some(triple.as_str());
-            let plugins: Vec<usize> = self
-                .plugins
-                .iter()
-                .enumerate()
-                .filter(|(_, p)| p.is_compatible(bytes, triple_opt))
-                .map(|(i, _)| i)
-                .collect();
-            if plugins.is_empty() && self.config.debug > 0 {
-                info::emit(&format!(
-                    "omptarget debug: image of {} bytes ({}) suits no plugin\n",
-                    bytes.len(),
-                    if triple.is_empty() { "no triple" } else { &triple }
-                ));
-            }
-            images.push(LoadableImage { bytes, triple, plugins });
-        }
-        for plugin in images.iter().flat_map(|i| i.plugins.iter().copied()).collect::<std::collections::BTreeSet<_>>() {
-            self.open_plugin_devices(plugin);
-        }
         let serial = reg.next_serial;
         reg.next_serial += 1;
         reg.descs.push(RegisteredDesc { key: desc.key, serial, images, entries: Arc::new(desc.entries) });
@@ -171,7 +191,7 @@ impl Runtime {
     /// `__tgt_unregister_lib`: forgets the binary's kernels. At the last unregistration the
     /// mapping tables are dumped when INFO asks for it.
     pub fn unregister_lib(&self, key: usize) {
-        let mut reg = self.registry.write().unwrap();
+        let mut reg = self.registry.write();
         let Some(pos) = reg.descs.iter().position(|d| d.key == key) else { return };
         let desc = reg.descs.remove(pos);
         let last = reg.descs.is_empty();
@@ -190,23 +210,32 @@ impl Runtime {
 
     /// Opens all devices of a plugin once, appending them to the user numbering.
     fn open_plugin_devices(&self, plugin: usize) {
-        let mut devices = self.devices.write().unwrap();
-        if devices.iter().any(|d| d.plugin == plugin) {
+        // Serialises openings only; the device list is locked just to append.
+        let _opening = self.opening.lock();
+        if self.devices.read().iter().any(|d| d.plugin == plugin) {
             return;
         }
         let p = &self.plugins[plugin];
+        let mut opened = Vec::new();
         for index in 0..p.device_count() {
             match p.open_device(index) {
-                Ok(dev) => {
-                    let id = devices.len() as i32;
-                    devices.push(Arc::new(crate::DeviceCtx::new(id, plugin, dev, self.config.mm_threshold)));
-                    self.observe(|o| o.device_init(id));
-                    crate::debug!(self, "omptarget", "device {id} is device {index} of plugin {}", p.name());
-                }
+                Ok(dev) => opened.push((index, dev)),
                 Err(e) => info::error(format_args!("Failed to open device {index} of plugin {}: {e}", p.name())),
             }
         }
+        let mut ids = Vec::new();
+        let mut devices = self.devices.write();
+        for (index, dev) in opened {
+            let id = devices.len() as i32;
+            devices.push(Arc::new(crate::DeviceCtx::new(id, plugin, dev, self.config.mm_threshold)));
+            ids.push((id, index));
+        }
         self.num_devices.store(devices.len(), Ordering::Release);
+        drop(devices);
+        for (id, index) in ids {
+            self.observe(|o| o.device_init(id));
+            crate::debug!(self, "omptarget", "device {id} is device {index} of plugin {}", p.name());
+        }
     }
 
     /// True when every registered binary uses clang 19's entry layout: unmapped

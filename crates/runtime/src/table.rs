@@ -117,6 +117,9 @@ impl Lookup {
 #[derive(Debug, Default)]
 pub struct MappingTable {
     entries: BTreeMap<usize, MapEntry>,
+    /// Entries whose first host-to-device copy is in flight outside the table lock (LLVM's
+    /// "being mapped"): others wait until it is done before they use them.
+    busy: Vec<usize>,
 }
 
 impl MappingTable {
@@ -153,6 +156,23 @@ impl MappingTable {
 
     pub fn remove(&mut self, key: usize) -> Option<MapEntry> {
         self.entries.remove(&key)
+    }
+
+    /// Marks an entry as being mapped (its data is on the way to the device).
+    pub fn mark_busy(&mut self, key: usize) {
+        self.busy.push(key);
+    }
+
+    /// Marks an entry's data as arrived.
+    pub fn clear_busy(&mut self, key: usize) {
+        if let Some(i) = self.busy.iter().position(|&k| k == key) {
+            self.busy.swap_remove(i);
+        }
+    }
+
+    /// Whether the entry that `[hp, hp+size)` falls in is still being mapped.
+    pub fn is_busy(&self, hp: usize, size: usize) -> bool {
+        !self.busy.is_empty() && self.lookup(hp, size).key().is_some_and(|k| self.busy.contains(&k))
     }
 
     /// Finds how `[hp, hp+size)` relates to the table (LLVM's `lookupMapping`).

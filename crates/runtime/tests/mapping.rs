@@ -30,7 +30,7 @@ fn runtime() -> (Runtime, Arc<MockDevice>) {
     let rt = Runtime::new(Config::default(), Box::new(Host), vec![Box::new(MockPlugin(mock))]);
     rt.register_lib(Descriptor {
         key: 1,
-        images: vec![BinaryImage { bytes: IMAGE }],
+        images: vec![BinaryImage { bytes: IMAGE.into() }],
         entries: Vec::<OffloadEntry>::new(),
         layout: EntryLayout::V1,
     });

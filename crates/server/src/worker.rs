@@ -131,7 +131,7 @@ fn handle(devs: &[Arc<dyn Device>], op: u8, payload: &[u8]) -> Result<Vec<u8>, B
             if kernel {
                 Enc::default().u64(dev.kernel(image, &name)?.0 as u64).u64(0).0
             } else {
-                let addr = dev.global(image, &name)?;
+                let addr = dev.global(image, &name)?.addr;
                 Enc::default().u64(addr as u64).u64(symbol_size(addr) as u64).0
             }
         }
@@ -149,19 +149,22 @@ fn handle(devs: &[Arc<dyn Device>], op: u8, payload: &[u8]) -> Result<Vec<u8>, B
         wire::OP_WRITE => {
             let addr = d.u64()? as usize;
             let data = d.rest();
-            host_memory::copy(addr, data.as_ptr() as usize, data.len());
+            // SAFETY: the server checked the range against the session's allocations.
+            unsafe { host_memory::copy(addr, data.as_ptr() as usize, data.len()) };
             Vec::new()
         }
         wire::OP_READ => {
             let addr = d.u64()? as usize;
             let len = usize::try_from(d.u64()?)?;
             let mut buf = vec![0u8; len];
-            host_memory::copy(buf.as_mut_ptr() as usize, addr, len);
+            // SAFETY: the server checked the range against the session's allocations.
+            unsafe { host_memory::copy(buf.as_mut_ptr() as usize, addr, len) };
             buf
         }
         wire::OP_COPY => {
             let (dst, src, len) = (d.u64()? as usize, d.u64()? as usize, usize::try_from(d.u64()?)?);
-            host_memory::copy(dst, src, len);
+            // SAFETY: the server checked both ranges against the session's allocations.
+            unsafe { host_memory::copy(dst, src, len) };
             Vec::new()
         }
         _ => return Err(format!("unknown worker op {op}").into()),
@@ -176,7 +179,13 @@ fn launch(devs: &[Arc<dyn Device>], payload: &[u8]) -> Result<Vec<u8>, Box<dyn s
     let (num_teams, thread_limit) = (d.u32()?, d.u32()?);
     let n = d.u32()? as usize;
     let args = (0..n).map(|_| d.u64().map(|v| v as usize)).collect::<Result<Vec<_>, _>>()?;
-    dev.launch(kernel, &args, &LaunchConfig { num_teams, thread_limit, with_dyn_ptr })?;
+    let config = LaunchConfig {
+        num_teams: [num_teams, 0, 0],
+        thread_limit: [thread_limit, 0, 0],
+        with_dyn_ptr,
+        ..LaunchConfig::default()
+    };
+    dev.launch(kernel, &args, &config)?;
     Ok(Vec::new())
 }
 
