@@ -38,3 +38,18 @@ for t in default 0; do
   o=$(LIBOMPTARGET_MEMORY_MANAGER_THRESHOLD=$([ $t = default ] && echo 8192 || echo 0) LD_LIBRARY_PATH="$root/dist/lib" best "$work/small_maps" 5000)
   printf '%-26s %12.1f\n' "llvm-22, threshold=$t" "$l" "ours, threshold=$t" "$o"
 done
+
+# Two host threads mapping their own 64 MiB arrays at once (clang-22 build): the second
+# thread's copies must overlap the first's. GB/s, best of the rounds.
+echo "== parallel 64 MiB maps (clang-22 build), 1 and 2 host threads, GB/s" >&2
+clang-22 -O2 -fopenmp -fopenmp-targets=x86_64-pc-linux-gnu -L"$root/.deps/lib22" \
+  "$root/benches/runtime/parallel_maps.c" -o "$work/parallel_maps"
+bestbw() { for _ in $(seq "$rounds"); do "$@"; done | awk '{print $2}' | sort -g | tail -1; }
+l1=$(LD_LIBRARY_PATH=/usr/lib/llvm-22/lib bestbw "$work/parallel_maps" 1 8)
+o1=$(LD_LIBRARY_PATH="$root/dist/lib" bestbw "$work/parallel_maps" 1 8)
+l2=$(LD_LIBRARY_PATH=/usr/lib/llvm-22/lib bestbw "$work/parallel_maps" 2 8)
+o2=$(LD_LIBRARY_PATH="$root/dist/lib" bestbw "$work/parallel_maps" 2 8)
+printf '%-10s %10s %10s\n' threads "llvm-22" ours
+printf '%-10s %10.2f %10.2f\n' 1 "$l1" "$o1" 2 "$l2" "$o2"
+printf 'ours 2 threads / 1 thread: %.2f   ours / llvm-22 with 2 threads: %.2f\n' \
+  "$(echo "$o2 / $o1" | bc -l)" "$(echo "$o2 / $l2" | bc -l)"

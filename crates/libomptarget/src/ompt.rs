@@ -1,7 +1,7 @@
 //! OMPT device tracing: connect to libomp's tool interface, as LLVM's runtime does, and
 //! forward the runtime's events to the callbacks the tool registered.
 
-use omp_runtime::trace::{DataOpEvent, Observer, TargetKind};
+use omp_runtime::trace::{self, Direction, Event, Observer, TargetKind};
 use std::ffi::{c_char, c_void};
 use std::sync::OnceLock;
 
@@ -93,86 +93,115 @@ fn cbs() -> &'static Callbacks {
     CALLBACKS.get().expect("set before the observer exists")
 }
 
+/// OMPT's `ompt_target_data_op_t` values.
+const OP_ALLOC: i32 = 1;
+const OP_TO_DEVICE: i32 = 2;
+const OP_FROM_DEVICE: i32 = 3;
+const OP_DELETE: i32 = 4;
+
 impl Observer for OmptObserver {
-    fn device_init(&self, device: i32) {
-        type F = unsafe extern "C" fn(i32, *const c_char, *mut c_void, *const c_void, *const c_char);
-        if cbs().device_init != 0 {
-            // SAFETY: registered for ompt_callback_device_initialize, whose type is F.
-            unsafe {
-                std::mem::transmute::<usize, F>(cbs().device_init)(
-                    device,
-                    c"x86_64".as_ptr(),
-                    std::ptr::null_mut(),
-                    std::ptr::null(),
-                    std::ptr::null(),
-                )
-            };
+    fn event(&self, ev: &Event) {
+        let host = || crate::rt().initial_device();
+        match *ev {
+            Event::DeviceInit { device } => device_init(device),
+            Event::ImageLoaded { device, image, module_id, .. } => device_load(device, image, module_id),
+            Event::Construct { kind, begin, device, target_id, codeptr, .. } => {
+                target(kind, begin, device, target_id, codeptr)
+            }
+            Event::Alloc { device, host: hp, tgt, bytes, .. } => data_op(OP_ALLOC, hp, host(), tgt, device, bytes),
+            Event::Free { device, tgt, bytes, .. } => data_op(OP_DELETE, tgt, device, 0, host(), bytes),
+            Event::Transfer { device, dir: Direction::ToDevice, host: hp, tgt, bytes, done: None, .. } => {
+                data_op(OP_TO_DEVICE, hp, host(), tgt, device, bytes)
+            }
+            Event::Transfer { device, dir: Direction::FromDevice, host: hp, tgt, bytes, done: None, .. } => {
+                data_op(OP_FROM_DEVICE, tgt, device, hp, host(), bytes)
+            }
+            Event::Kernel { teams, done: None, .. } => submit(teams),
+            _ => {}
         }
     }
+}
 
-    fn device_load(&self, device: i32, image: &[u8], module_id: u64) {
-        type F = unsafe extern "C" fn(i32, *const c_char, i64, *const c_void, usize, *const c_void, *const c_void, u64);
-        if cbs().device_load != 0 {
-            // SAFETY: registered for ompt_callback_device_load, whose type is F.
-            unsafe {
-                std::mem::transmute::<usize, F>(cbs().device_load)(
-                    device,
-                    std::ptr::null(),
-                    -1,
-                    std::ptr::null(),
-                    image.len(),
-                    image.as_ptr().cast(),
-                    std::ptr::null(),
-                    module_id,
-                )
-            };
-        }
+fn device_init(device: i32) {
+    type F = unsafe extern "C" fn(i32, *const c_char, *mut c_void, *const c_void, *const c_char);
+    if cbs().device_init != 0 {
+        // SAFETY: registered for ompt_callback_device_initialize, whose type is F.
+        unsafe {
+            std::mem::transmute::<usize, F>(cbs().device_init)(
+                device,
+                c"x86_64".as_ptr(),
+                std::ptr::null_mut(),
+                std::ptr::null(),
+                std::ptr::null(),
+            )
+        };
     }
+}
 
-    fn target(&self, kind: TargetKind, begin: bool, device: i32, target_id: u64, codeptr: usize) {
-        type F = unsafe extern "C" fn(i32, i32, i32, *mut c_void, u64, *const c_void);
-        if cbs().target != 0 {
-            let endpoint = if begin { 1 } else { 2 };
-            // SAFETY: registered for ompt_callback_target, whose type is F.
-            unsafe {
-                std::mem::transmute::<usize, F>(cbs().target)(
-                    kind as i32,
-                    endpoint,
-                    device,
-                    std::ptr::null_mut(),
-                    target_id,
-                    codeptr as *const c_void,
-                )
-            };
-        }
+fn device_load(device: i32, image: &[u8], module_id: u64) {
+    type F = unsafe extern "C" fn(i32, *const c_char, i64, *const c_void, usize, *const c_void, *const c_void, u64);
+    if cbs().device_load != 0 {
+        // SAFETY: registered for ompt_callback_device_load, whose type is F.
+        unsafe {
+            std::mem::transmute::<usize, F>(cbs().device_load)(
+                device,
+                std::ptr::null(),
+                -1,
+                std::ptr::null(),
+                image.len(),
+                image.as_ptr().cast(),
+                std::ptr::null(),
+                module_id,
+            )
+        };
     }
+}
 
-    fn data_op(&self, ev: &DataOpEvent) {
-        type F = unsafe extern "C" fn(u64, u64, i32, *mut c_void, i32, *mut c_void, i32, usize, *const c_void);
-        if cbs().data_op != 0 {
-            // SAFETY: registered for ompt_callback_target_data_op, whose type is F.
-            unsafe {
-                std::mem::transmute::<usize, F>(cbs().data_op)(
-                    ev.target_id,
-                    ev.host_op_id,
-                    ev.op as i32,
-                    ev.src as *mut c_void,
-                    ev.src_device,
-                    ev.dst as *mut c_void,
-                    ev.dst_device,
-                    ev.bytes,
-                    ev.codeptr as *const c_void,
-                )
-            };
-        }
+fn target(kind: TargetKind, begin: bool, device: i32, target_id: u64, codeptr: usize) {
+    type F = unsafe extern "C" fn(i32, i32, i32, *mut c_void, u64, *const c_void);
+    if cbs().target != 0 {
+        let endpoint = if begin { 1 } else { 2 };
+        // SAFETY: registered for ompt_callback_target, whose type is F.
+        unsafe {
+            std::mem::transmute::<usize, F>(cbs().target)(
+                kind as i32,
+                endpoint,
+                device,
+                std::ptr::null_mut(),
+                target_id,
+                codeptr as *const c_void,
+            )
+        };
     }
+}
 
-    fn submit(&self, target_id: u64, host_op_id: u64, num_teams: u32) {
-        type F = unsafe extern "C" fn(u64, u64, u32);
-        if cbs().submit != 0 {
-            // SAFETY: registered for ompt_callback_target_submit, whose type is F.
-            unsafe { std::mem::transmute::<usize, F>(cbs().submit)(target_id, host_op_id, num_teams) };
-        }
+fn data_op(op: i32, src: usize, src_device: i32, dst: usize, dst_device: i32, bytes: usize) {
+    type F = unsafe extern "C" fn(u64, u64, i32, *mut c_void, i32, *mut c_void, i32, usize, *const c_void);
+    if cbs().data_op != 0 {
+        let (target_id, codeptr) = trace::current();
+        // SAFETY: registered for ompt_callback_target_data_op, whose type is F.
+        unsafe {
+            std::mem::transmute::<usize, F>(cbs().data_op)(
+                target_id,
+                trace::next_id(),
+                op,
+                src as *mut c_void,
+                src_device,
+                dst as *mut c_void,
+                dst_device,
+                bytes,
+                codeptr as *const c_void,
+            )
+        };
+    }
+}
+
+fn submit(num_teams: u32) {
+    type F = unsafe extern "C" fn(u64, u64, u32);
+    if cbs().submit != 0 {
+        let (target_id, _) = trace::current();
+        // SAFETY: registered for ompt_callback_target_submit, whose type is F.
+        unsafe { std::mem::transmute::<usize, F>(cbs().submit)(target_id, trace::next_id(), num_teams) };
     }
 }
 

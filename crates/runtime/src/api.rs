@@ -3,6 +3,7 @@
 //! loaded, and answer bad arguments with an error message and the documented return value.
 
 use crate::table::{Lookup, MapEntry, INF};
+use crate::trace::{ApiOp, Event};
 use crate::{info, DeviceCtx, Runtime};
 use omp_plugin::{host_memory, AllocKind};
 use std::sync::Arc;
@@ -23,6 +24,8 @@ impl Runtime {
             return Some(ApiDevice::Host);
         }
         match self.device(id) {
+            // A lost device was reported when it was lost; calls on it just fail.
+            Some(d) if d.lost().is_some() => None,
             Some(d) => Some(ApiDevice::Offload(d)),
             None => {
                 info::error(format_args!(
@@ -40,13 +43,24 @@ impl Runtime {
         if size == 0 || size > isize::MAX as usize {
             return 0;
         }
-        match self.api_device(device, call) {
+        let ptr = match self.api_device(device, call) {
             None => 0,
             Some(ApiDevice::Host) => host_memory::malloc(size),
             Some(ApiDevice::Offload(d)) => d.alloc_direct(size, kind).unwrap_or_else(|e| {
                 info::error(format_args!("{call}: allocating {size} bytes on device {device} failed: {e}"));
                 0
             }),
+        };
+        if ptr != 0 {
+            self.api_event(ApiOp::Alloc, device, ptr, 0, size);
+        }
+        ptr
+    }
+
+    /// Reports a device memory API call to observers.
+    fn api_event(&self, op: ApiOp, device: i32, ptr: usize, other: usize, bytes: usize) {
+        if self.observing() {
+            self.emit(&Event::Api { op, device, ptr, other, bytes });
         }
     }
 
@@ -54,6 +68,7 @@ impl Runtime {
         if ptr == 0 {
             return;
         }
+        self.api_event(ApiOp::Free, device, ptr, 0, 0);
         match self.api_device(device, call) {
             None => {}
             // SAFETY: the program hands back what `omp_target_alloc` gave it for the host
@@ -137,6 +152,15 @@ impl Runtime {
         };
         let dst = dst.wrapping_add(dst_off);
         let src = src.wrapping_add(src_off);
+        match (&d, &s) {
+            (ApiDevice::Offload(_), ApiDevice::Host) => self.api_event(ApiOp::CopyToDevice, dst_dev, dst, src, len),
+            (ApiDevice::Host, ApiDevice::Offload(_)) => self.api_event(ApiOp::CopyFromDevice, src_dev, src, dst, len),
+            (ApiDevice::Offload(_), ApiDevice::Offload(_)) => {
+                self.api_event(ApiOp::CopyFromDevice, src_dev, src, dst, len);
+                self.api_event(ApiOp::CopyToDevice, dst_dev, dst, src, len);
+            }
+            (ApiDevice::Host, ApiDevice::Host) => {}
+        }
         let r = match (d, s) {
             (ApiDevice::Host, ApiDevice::Host) => {
                 // SAFETY: both ranges are host memory the program named for this copy
@@ -237,6 +261,7 @@ impl Runtime {
             // SAFETY: the range is host memory the program named for this fill.
             Some(ApiDevice::Host) => unsafe { host_memory::fill(ptr, byte as u8, len) },
             Some(ApiDevice::Offload(d)) => {
+                self.api_event(ApiOp::Memset, device, ptr, byte as usize, len);
                 let buf = vec![byte as u8; len];
                 // SAFETY: `buf` is ours and holds `len` bytes.
                 if let Err(e) = unsafe { d.dev.submit(ptr, buf.as_ptr() as usize, len) } {

@@ -1,6 +1,7 @@
 //! Environment configuration, read once at start-up into a typed struct.
 
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 
 /// INFO bits (`LIBOMPTARGET_INFO`).
 pub mod info_bits {
@@ -16,7 +17,8 @@ pub mod info_bits {
 /// Settings taken from the environment.
 #[derive(Debug)]
 pub struct Config {
-    info: AtomicU32,
+    /// Shared with the INFO observer, which reads it at each event.
+    info: Arc<AtomicU32>,
     /// `LIBOMPTARGET_DEBUG` level; never silences INFO.
     pub debug: u32,
     /// `LIBOMPTARGET_TREAT_ATTACH_AUTO_AS_ALWAYS`.
@@ -32,7 +34,7 @@ pub struct Config {
 impl Default for Config {
     fn default() -> Self {
         Self {
-            info: AtomicU32::new(0),
+            info: Arc::new(AtomicU32::new(0)),
             debug: 0,
             attach_always: false,
             mm_threshold: 8192,
@@ -78,7 +80,7 @@ impl Config {
             v
         };
         if let Some(v) = int_var("LIBOMPTARGET_INFO") {
-            c.info = AtomicU32::new(v as u32);
+            c.info = Arc::new(AtomicU32::new(v as u32));
         }
         if let Some(v) = int_var("LIBOMPTARGET_DEBUG") {
             c.debug = v.max(0) as u32;
@@ -100,6 +102,11 @@ impl Config {
     #[inline]
     pub fn info_on(&self, bit: u32) -> bool {
         self.info() & bit != 0
+    }
+
+    /// The INFO bits, shared (for the INFO observer).
+    pub fn info_bits(&self) -> Arc<AtomicU32> {
+        self.info.clone()
     }
 
     /// `__tgt_set_info_flag`.

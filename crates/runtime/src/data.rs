@@ -1,12 +1,11 @@
 //! Data motion for `target data`, `enter data`, `exit data`, `update`, and the map clauses
 //! of `target`: LLVM's targetDataBegin / targetDataEnd / targetDataUpdate semantics.
 
-use crate::config::info_bits;
 use crate::map_type::{self as mt, has, member_of};
-use crate::profile::{Category, Span};
+
 use crate::table::{Lookup, MapEntry, MappingTable, ShadowPtr};
-use crate::trace::{DataOp, TargetKind};
-use crate::{info, DeviceCtx, Failed, Loc, Outcome, Runtime};
+use crate::trace::{Direction, Event, RcChange};
+use crate::{info, DeviceCtx, Failed, Outcome, Runtime};
 use omp_plugin::{host_memory, AllocKind};
 
 /// The map arrays of one construct, as the compiler laid them out.
@@ -78,6 +77,8 @@ pub struct ConstructState {
     copies: Vec<PendingCopy>,
     /// Entries this construct marked as being mapped; cleared once its copies are done.
     busy: Vec<usize>,
+    /// Events decided under the table lock, emitted after it is released.
+    events: Vec<Event<'static>>,
 }
 
 /// A copy to the device, decided while the table was locked.
@@ -180,37 +181,31 @@ impl Runtime {
         let mut tp = TargetPointer::default();
         if let Some(k) = reuse {
             let e = t.get_mut(k).expect("looked-up key exists");
-            let suffix;
+            let change;
             if r.update_ref {
                 e.increment(hold);
-                suffix = " (incremented)";
+                change = RcChange::Incremented;
             } else {
                 // Members of a struct allocated by this same construct get their data; a
                 // struct mapped earlier is not copied again (which would also overwrite its
                 // attached device pointers).
                 tp.is_new = e.total_rc() == 1 && st.new_entries.contains(&k);
-                suffix = " (update suppressed)";
+                change = RcChange::UpdateSuppressed;
             }
             tp.tgt = e.translate(r.begin);
             tp.key = Some(k);
-            if self.config.info_on(info_bits::MAPPING_EXISTS) {
-                let (dyn_s, hold_s) = if hold { ("", suffix) } else { (suffix, "") };
-                info::info(
-                    dev.id,
-                    format_args!(
-                        "Mapping exists{} with HstPtrBegin=0x{:016x}, TgtPtrBegin=0x{:016x}, Size={}, DynRefCount={}{}, HoldRefCount={}{}, Name={}",
-                        if implicit { " (implicit)" } else { "" },
-                        r.begin,
-                        tp.tgt,
-                        r.size,
-                        info::rc_str(e.dyn_rc),
-                        dyn_s,
-                        info::rc_str(e.hold_rc),
-                        hold_s,
-                        info::var_name(r.name)
-                    ),
-                );
-            }
+            st.events.push(Event::MapReused {
+                device: dev.id,
+                implicit,
+                begin: r.begin,
+                tgt: tp.tgt,
+                size: r.size,
+                dyn_rc: e.dyn_rc,
+                hold_rc: e.hold_rc,
+                hold,
+                change,
+                name: r.name,
+            });
         } else if let Lookup::Extends(k) = lookup {
             let e = t.get(k).expect("looked-up key exists");
             info::message(format_args!(
@@ -228,12 +223,7 @@ impl Runtime {
             if r.size > 0 {
                 tp.is_host = true;
                 tp.tgt = r.begin;
-                if self.config.info_on(info_bits::MAPPING_CHANGED) {
-                    info::info(
-                        dev.id,
-                        format_args!("Return HstPtrBegin 0x{:016x} Size={} for unified shared memory", r.begin, r.size),
-                    );
-                }
+                st.events.push(Event::MapUsm { device: dev.id, begin: r.begin, size: r.size });
             }
             return Ok(tp);
         } else if has(r.ty, mt::PRESENT) {
@@ -241,19 +231,15 @@ impl Runtime {
             return Ok(tp);
         } else if r.size > 0 {
             let bytes = r.size + r.padding;
-            let span = || Span {
-                cat: Category::Alloc,
-                name: info::var_name(r.name).into(),
-                device: dev.id,
-                bytes: bytes as u64,
-                args: vec![],
-            };
-            let alloc = self.timed(span, || dev.alloc(bytes, AllocKind::Default)).map_err(|e| {
+            let start = self.start_timer();
+            let alloc = dev.alloc(bytes, AllocKind::Default).map_err(|e| {
                 info::error(format_args!("Failed to allocate {} bytes on device {}: {e}", r.size + r.padding, dev.id));
+                dev.note_failure(&e, "allocating memory");
                 Failed
             })?;
             let tgt_begin = alloc + r.padding;
-            self.data_op(DataOp::Alloc, r.begin, self.initial_device(), alloc, dev.id, r.size + r.padding);
+            let time = Self::stop_timer(start);
+            st.events.push(Event::Alloc { device: dev.id, host: r.begin, tgt: alloc, bytes, name: r.name, time });
             let (dyn_rc, hold_rc) = if hold { (0, 1) } else { (1, 0) };
             let key = t.insert(MapEntry {
                 base: r.base,
@@ -268,18 +254,17 @@ impl Runtime {
                 owns_memory: true,
             });
             st.new_entries.push(key);
-            if self.config.info_on(info_bits::MAPPING_CHANGED) {
-                info::info(
-                    dev.id,
-                    format_args!(
-                        "Creating new map entry with HstPtrBase=0x{:016x}, HstPtrBegin=0x{:016x}, TgtAllocBegin=0x{alloc:016x}, TgtPtrBegin=0x{tgt_begin:016x}, Size={}, DynRefCount={dyn_rc}, HoldRefCount={hold_rc}, Name={}",
-                        r.base,
-                        r.begin,
-                        r.size,
-                        info::var_name(r.name)
-                    ),
-                );
-            }
+            st.events.push(Event::MapCreated {
+                device: dev.id,
+                base: r.base,
+                begin: r.begin,
+                size: r.size,
+                tgt_alloc: alloc,
+                tgt_begin,
+                dyn_rc,
+                hold_rc,
+                name: r.name,
+            });
             tp = TargetPointer { tgt: tgt_begin, key: Some(key), is_new: true, is_host: false };
         } else {
             return Ok(tp);
@@ -316,6 +301,9 @@ impl Runtime {
     /// Performs the copies a construct queued under the table lock, then tells waiting
     /// threads that the entries it was mapping are ready (also when a copy failed).
     fn flush(&self, dev: &DeviceCtx, st: &mut ConstructState) -> Outcome {
+        for ev in std::mem::take(&mut st.events) {
+            self.emit(&ev);
+        }
         let mut result = Ok(());
         for copy in st.copies.drain(..) {
             if result.is_err() {
@@ -349,28 +337,40 @@ impl Runtime {
     /// # Safety
     /// `[host, host+size)` must be readable program memory for the duration of the call.
     pub(crate) unsafe fn submit(&self, dev: &DeviceCtx, tgt: usize, host: usize, size: usize, name: usize) -> Outcome {
-        if self.config.info_on(info_bits::DATA_TRANSFER) {
-            info::info(
-                dev.id,
-                format_args!(
-                    "Copying data from host to device, HstPtr=0x{host:016x}, TgtPtr=0x{tgt:016x}, Size={size}, Name={}",
-                    info::var_name(name)
-                ),
-            );
-        }
-        self.data_op(DataOp::ToDevice, host, self.initial_device(), tgt, dev.id, size);
-        let span = || Span {
-            cat: Category::HostToDevice,
-            name: info::var_name(name).into(),
-            device: dev.id,
-            bytes: size as u64,
-            args: vec![],
-        };
-        // SAFETY: the caller's promise.
-        self.timed(span, || unsafe { dev.dev.submit(tgt, host, size) }).map_err(|e| {
+        self.transfer(dev, Direction::ToDevice, host, tgt, size, name, || {
+            // SAFETY: the caller's promise.
+            unsafe { dev.dev.submit(tgt, host, size) }
+        })
+        .map_err(|e| {
             info::error(format_args!("Copying data to device failed: {e}"));
+            dev.note_failure(&e, "copying data to it");
             Failed
         })
+    }
+
+    /// A copy between the event that announces it and the one that reports it done.
+    #[allow(clippy::too_many_arguments)]
+    fn transfer<R>(
+        &self,
+        dev: &DeviceCtx,
+        dir: Direction,
+        host: usize,
+        tgt: usize,
+        bytes: usize,
+        name: usize,
+        copy: impl FnOnce() -> R,
+    ) -> R {
+        if !self.observing() {
+            return copy();
+        }
+        let ev = |done| Event::Transfer { device: dev.id, dir, host, tgt, bytes, name, done };
+        self.emit(&ev(None));
+        let start = self.start_timer();
+        let r = copy();
+        if let Some(t) = Self::stop_timer(start) {
+            self.emit(&ev(Some(t)));
+        }
+        r
     }
 
     /// Device→host copy with INFO 0x20 reporting.
@@ -385,26 +385,13 @@ impl Runtime {
         size: usize,
         name: usize,
     ) -> Outcome {
-        if self.config.info_on(info_bits::DATA_TRANSFER) {
-            info::info(
-                dev.id,
-                format_args!(
-                    "Copying data from device to host, TgtPtr=0x{tgt:016x}, HstPtr=0x{host:016x}, Size={size}, Name={}",
-                    info::var_name(name)
-                ),
-            );
-        }
-        self.data_op(DataOp::FromDevice, tgt, dev.id, host, self.initial_device(), size);
-        let span = || Span {
-            cat: Category::DeviceToHost,
-            name: info::var_name(name).into(),
-            device: dev.id,
-            bytes: size as u64,
-            args: vec![],
-        };
-        // SAFETY: the caller's promise.
-        self.timed(span, || unsafe { dev.dev.retrieve(host, tgt, size) }).map_err(|e| {
+        self.transfer(dev, Direction::FromDevice, host, tgt, size, name, || {
+            // SAFETY: the caller's promise.
+            unsafe { dev.dev.retrieve(host, tgt, size) }
+        })
+        .map_err(|e| {
             info::error(format_args!("Copying data from device failed: {e}"));
+            dev.note_failure(&e, "copying data from it");
             Failed
         })
     }
@@ -490,16 +477,8 @@ impl Runtime {
                     info::error(format_args!("Call to getTargetPointer returned null pointer ({}).", null_reason(ty)));
                     return Err(Failed);
                 }
-                if self.config.info_on(info_bits::EMPTY_MAPPING)
-                    && !obj.present()
-                    && !has(ty, mt::IMPLICIT)
-                    && member_of(ty).is_none()
-                    && ty != 0
-                {
-                    info::info(
-                        dev.id,
-                        format_args!("variable {} does not have a valid device counterpart", info::var_name(name)),
-                    );
+                if !obj.present() && !has(ty, mt::IMPLICIT) && member_of(ty).is_none() && ty != 0 {
+                    st.events.push(Event::NoCounterpart { device: dev.id, name });
                 }
                 if has(ty, mt::RETURN_PARAM) {
                     // An unmapped use_device_ptr/addr yields the host pointer for clang 22 programs
@@ -589,6 +568,7 @@ impl Runtime {
     pub fn data_end(&self, dev: &DeviceCtx, args: &mut MapArgs, from_mapper: bool) -> Outcome {
         let mut removals: Vec<(usize, bool, bool)> = Vec::new();
         let result = self.data_end_entries(dev, args, from_mapper, &mut removals);
+        let mut removed = Vec::new();
         let mut table = dev.lock_table();
         for (key, copied_back, delete) in removals {
             let Some(e) = table.get_mut(key) else { continue };
@@ -600,37 +580,32 @@ impl Runtime {
                 }
             }
             if delete && e.total_rc() == 0 {
-                let e = table.remove(key).expect("key");
-                self.release_entry(dev, &e);
+                removed.push(table.remove(key).expect("key"));
             }
+        }
+        drop(table);
+        for e in removed {
+            self.release_entry(dev, &e);
         }
         result
     }
 
+    /// Reports a removed entry and frees its device memory (outside the table lock).
     fn release_entry(&self, dev: &DeviceCtx, e: &MapEntry) {
-        if self.config.info_on(info_bits::MAPPING_CHANGED) {
-            info::info(
-                dev.id,
-                format_args!(
-                    "Removing map entry with HstPtrBegin=0x{:016x}, TgtPtrBegin=0x{:016x}, Size={}, Name={}",
-                    e.begin,
-                    e.tgt_begin,
-                    e.size(),
-                    info::var_name(e.name)
-                ),
-            );
-        }
+        self.emit(&Event::MapRemoved {
+            device: dev.id,
+            begin: e.begin,
+            tgt_begin: e.tgt_begin,
+            size: e.size(),
+            name: e.name,
+        });
         if e.owns_memory {
-            self.data_op(DataOp::Delete, e.tgt_alloc, dev.id, 0, self.initial_device(), e.size());
-            let span = || Span {
-                cat: Category::Free,
-                name: info::var_name(e.name).into(),
-                device: dev.id,
-                bytes: e.size() as u64,
-                args: vec![],
-            };
             let allocated = e.size() + (e.tgt_begin - e.tgt_alloc);
-            if let Err(err) = self.timed(span, || dev.free_sized(e.tgt_alloc, allocated, AllocKind::Default)) {
+            let start = self.start_timer();
+            let freed = dev.free_sized(e.tgt_alloc, allocated, AllocKind::Default);
+            let time = Self::stop_timer(start);
+            self.emit(&Event::Free { device: dev.id, tgt: e.tgt_alloc, bytes: e.size(), name: e.name, time });
+            if let Err(err) = freed {
                 info::error(format_args!("Deallocating data from device failed: {err}"));
             }
         }
@@ -680,33 +655,34 @@ impl Runtime {
             if force_delete {
                 e.reset_for_delete(hold);
             }
-            let mut suffix = "";
+            let mut change = RcChange::Unchanged;
             if update_ref {
                 e.decrement(hold);
-                suffix = if force_delete {
-                    " (reset, delayed deletion)"
+                change = if force_delete {
+                    RcChange::ResetDelayedDeletion
                 } else if is_last {
-                    " (decremented, delayed deletion)"
+                    RcChange::DecrementedDelayedDeletion
                 } else {
-                    " (decremented)"
+                    RcChange::Decremented
                 };
             }
             let tgt = e.translate(begin);
-            if self.config.info_on(info_bits::MAPPING_EXISTS) {
-                let (dyn_s, hold_s) = if hold { ("", suffix) } else { (suffix, "") };
-                info::info(
-                    dev.id,
-                    format_args!(
-                        "Mapping exists with HstPtrBegin=0x{begin:016x}, TgtPtrBegin=0x{tgt:016x}, Size={size}, DynRefCount={}{dyn_s}, HoldRefCount={}{hold_s}",
-                        info::rc_str(e.dyn_rc),
-                        info::rc_str(e.hold_rc)
-                    ),
-                );
-            }
+            let released = Event::MapReleased {
+                device: dev.id,
+                begin,
+                tgt,
+                size,
+                dyn_rc: e.dyn_rc,
+                hold_rc: e.hold_rc,
+                hold,
+                change,
+                name: args.name(i),
+            };
             let copy_back = has(ty, mt::FROM) && (has(ty, mt::ALWAYS) || is_last) && size != 0;
             let delete = member_of(ty).is_none() || has(ty, mt::PTR_AND_OBJ);
             removals.push((key, copy_back, delete));
             drop(table);
+            self.emit(&released);
             if copy_back {
                 // SAFETY: (begin, size) is a map clause's section: program memory that the
                 // construct names, writable for a `from` map.
@@ -823,80 +799,6 @@ impl Runtime {
                 idx[d] = 0;
             }
         }
-    }
-
-    /// A data directive (`target data` begin/end, `enter`/`exit data`, `update`), including
-    /// device selection, INFO output and the outcome policy.
-    pub fn data_directive(&self, loc: Loc, device_id: i64, args: &mut MapArgs, which: Directive, nowait: bool) {
-        let dev = match self.check_device(device_id, loc) {
-            Ok(crate::Target::Device(d)) => d,
-            Ok(crate::Target::Host) => return,
-            Err(f) => return self.handle_outcome(Err(f), loc),
-        };
-        if self.config.info_on(info_bits::KERNEL_ARGS) {
-            let region = match (which, nowait) {
-                (Directive::Begin, false) => "Entering OpenMP data region with being_mapper",
-                (Directive::Begin, true) => "Entering OpenMP data region with being_nowait_mapper",
-                (Directive::End, false) => "Exiting OpenMP data region with end_mapper",
-                (Directive::End, true) => "Exiting OpenMP data region with end_nowait_mapper",
-                (Directive::Update, false) => "Updating data within the OpenMP data region with update_mapper",
-                (Directive::Update, true) => "Updating data within the OpenMP data region with update_nowait_mapper",
-            };
-            self.print_args(dev.id, region, loc, args);
-        }
-        let kind = match which {
-            Directive::Begin => TargetKind::EnterData,
-            Directive::End => TargetKind::ExitData,
-            Directive::Update => TargetKind::Update,
-        };
-        let outcome = self.construct(kind, dev.id, loc, || match which {
-            Directive::Begin => self.data_begin(&dev, args, false, &mut ConstructState::default()),
-            Directive::End => self.data_end(&dev, args, false),
-            Directive::Update => self.data_update(&dev, args),
-        });
-        if outcome.is_err() {
-            let what = match which {
-                Directive::Begin => "targetDataBegin",
-                Directive::End => "targetDataEnd",
-                Directive::Update => "targetDataUpdate",
-            };
-            info::error(format_args!("Call to {what} failed, abort target."));
-        }
-        self.after_construct(&dev, loc);
-        self.handle_outcome(outcome, loc);
-    }
-
-    /// INFO 0x4: the table after every construct.
-    pub(crate) fn after_construct(&self, _dev: &DeviceCtx, loc: Loc) {
-        if self.config.info_on(info_bits::DUMP_TABLE) {
-            let l = loc.parse();
-            for d in self.devices() {
-                d.dump_table(&l);
-            }
-        }
-    }
-
-    /// INFO 0x1: the construct's arguments.
-    pub(crate) fn print_args(&self, device: i32, region: &str, loc: Loc, args: &MapArgs) {
-        let l = loc.parse();
-        let mut s = format!(
-            "omptarget device {device} info: {region} at {}:{}:{} with {} arguments:\n",
-            l.file_name(),
-            l.line,
-            l.column,
-            args.len()
-        );
-        for i in 0..args.len() {
-            let ty = args.types[i];
-            s.push_str(&format!(
-                "omptarget device {device} info: {}({})[{}] {}\n",
-                mt::describe(ty, args.sizes[i]),
-                info::var_name(args.name(i)),
-                args.sizes[i],
-                if has(ty, mt::IMPLICIT) { "(implicit)" } else { "" }
-            ));
-        }
-        info::emit(&s);
     }
 }
 

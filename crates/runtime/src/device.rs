@@ -66,6 +66,8 @@ pub struct DeviceCtx {
     /// Kernel handles by host region-id address.
     kernels: RwLock<AddrMap<KernelId>>,
     pub mm: MemoryManager,
+    /// Why the device was lost (a crashed worker, a closed connection), once it was.
+    lost: std::sync::OnceLock<String>,
 }
 
 impl DeviceCtx {
@@ -81,6 +83,23 @@ impl DeviceCtx {
             loaded_generation: AtomicU64::new(u64::MAX),
             kernels: RwLock::new(AddrMap::default()),
             mm: MemoryManager::new(mm_threshold),
+            lost: std::sync::OnceLock::new(),
+        }
+    }
+
+    /// Why the device was lost, if it was: it is then not used again.
+    pub fn lost(&self) -> Option<&str> {
+        self.lost.get().map(String::as_str)
+    }
+
+    /// Records a backend failure: a lost device is reported once, with what it was doing,
+    /// and marked so that no later construct or API call uses it.
+    pub fn note_failure(&self, err: &PluginError, during: &str) {
+        if err.is_lost() && self.lost.set(err.reason.clone()).is_ok() {
+            info::error(format_args!(
+                "device {} was lost while {during}: {}; it will not be used again",
+                self.id, err.reason
+            ));
         }
     }
 
@@ -203,26 +222,26 @@ impl Runtime {
 
     fn load_one(&self, dev: &DeviceCtx, job: &LoadJob) -> Result<(), String> {
         let image = &job.image;
-        let span = || crate::profile::Span {
-            cat: crate::profile::Category::ImageLoad,
-            name: format!("load image ({})", if image.triple.is_empty() { "unknown" } else { &image.triple }),
+        let start = self.start_timer();
+        let image_id = dev.dev.load_image(image.bytes()).map_err(|e| format!("Failed to load image: {e}"))?;
+        let bound = self.bind_entries(dev, image_id, &job.entries);
+        self.emit(&crate::trace::Event::ImageLoaded {
             device: dev.id,
-            bytes: image.bytes().len() as u64,
-            args: vec![("entries", job.entries.len().to_string())],
-        };
-        self.timed(span, || -> Result<(), String> {
-            let image_id = dev.dev.load_image(image.bytes()).map_err(|e| format!("Failed to load image: {e}"))?;
-            self.observe(|o| o.device_load(dev.id, image.bytes(), image_id.0 as u64));
-            crate::debug!(
-                self,
-                "omptarget",
-                "device {}: loaded image of {} bytes, {} entries",
-                dev.id,
-                image.bytes().len(),
-                job.entries.len()
-            );
-            self.bind_entries(dev, image_id, &job.entries)
-        })
+            image: image.bytes(),
+            module_id: image_id.0 as u64,
+            triple: &image.triple,
+            entries: job.entries.len(),
+            time: Self::stop_timer(start),
+        });
+        crate::debug!(
+            self,
+            "omptarget",
+            "device {}: loaded image of {} bytes, {} entries",
+            dev.id,
+            image.bytes().len(),
+            job.entries.len()
+        );
+        bound
     }
 
     /// Resolves every kernel and global of a freshly loaded image (backend calls, no lock

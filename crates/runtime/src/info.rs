@@ -1,6 +1,8 @@
 //! Messages in LLVM's formats, so users' scripts and searches keep working.
 
+use crate::config::info_bits;
 use crate::table::{MapEntry, MappingTable, INF};
+use crate::trace::{Direction, Event, Observer, RcChange};
 use omp_format::SourceLocation;
 use omp_plugin::host_memory;
 use std::fmt::Write as _;
@@ -118,4 +120,163 @@ macro_rules! debug {
             $crate::info::emit(&format!(concat!($component, " --> {}\n"), format_args!($($arg)*)));
         }
     };
+}
+
+/// INFO output (`LIBOMPTARGET_INFO`) as an observer of the runtime's events: each bit's
+/// lines, in LLVM's formats.
+pub struct InfoObserver {
+    bits: std::sync::Arc<std::sync::atomic::AtomicU32>,
+}
+
+impl InfoObserver {
+    pub fn new(bits: std::sync::Arc<std::sync::atomic::AtomicU32>) -> Self {
+        Self { bits }
+    }
+}
+
+fn rc_suffix(change: RcChange) -> &'static str {
+    match change {
+        RcChange::Incremented => " (incremented)",
+        RcChange::UpdateSuppressed => " (update suppressed)",
+        RcChange::Decremented => " (decremented)",
+        RcChange::DecrementedDelayedDeletion => " (decremented, delayed deletion)",
+        RcChange::ResetDelayedDeletion => " (reset, delayed deletion)",
+        RcChange::Unchanged => "",
+    }
+}
+
+impl Observer for InfoObserver {
+    fn event(&self, ev: &Event) {
+        let bits = self.bits.load(std::sync::atomic::Ordering::Relaxed);
+        if bits == 0 {
+            return;
+        }
+        let on = |bit: u32| bits & bit != 0;
+        match *ev {
+            Event::Arguments { device, region, loc, types, sizes, names } if on(info_bits::KERNEL_ARGS) => {
+                let l = loc.parse();
+                let mut s = format!(
+                    "omptarget device {device} info: {region} at {}:{}:{} with {} arguments:\n",
+                    l.file_name(),
+                    l.line,
+                    l.column,
+                    types.len()
+                );
+                for (i, (&ty, &size)) in types.iter().zip(sizes).enumerate() {
+                    let name = names.and_then(|n| n.get(i).copied()).unwrap_or(0);
+                    let _ = writeln!(
+                        s,
+                        "omptarget device {device} info: {}({})[{}] {}",
+                        crate::map_type::describe(ty, size),
+                        var_name(name),
+                        size,
+                        if crate::map_type::has(ty, crate::map_type::IMPLICIT) { "(implicit)" } else { "" }
+                    );
+                }
+                emit(&s);
+            }
+            Event::MapCreated { device, base, begin, size, tgt_alloc, tgt_begin, dyn_rc, hold_rc, name }
+                if on(info_bits::MAPPING_CHANGED) =>
+            {
+                info(
+                    device,
+                    format_args!(
+                        "Creating new map entry with HstPtrBase=0x{base:016x}, HstPtrBegin=0x{begin:016x}, TgtAllocBegin=0x{tgt_alloc:016x}, TgtPtrBegin=0x{tgt_begin:016x}, Size={size}, DynRefCount={dyn_rc}, HoldRefCount={hold_rc}, Name={}",
+                        var_name(name)
+                    ),
+                );
+            }
+            Event::MapReused { device, implicit, begin, tgt, size, dyn_rc, hold_rc, hold, change, name }
+                if on(info_bits::MAPPING_EXISTS) =>
+            {
+                let suffix = rc_suffix(change);
+                let (dyn_s, hold_s) = if hold { ("", suffix) } else { (suffix, "") };
+                info(
+                    device,
+                    format_args!(
+                        "Mapping exists{} with HstPtrBegin=0x{begin:016x}, TgtPtrBegin=0x{tgt:016x}, Size={size}, DynRefCount={}{dyn_s}, HoldRefCount={}{hold_s}, Name={}",
+                        if implicit { " (implicit)" } else { "" },
+                        rc_str(dyn_rc),
+                        rc_str(hold_rc),
+                        var_name(name)
+                    ),
+                );
+            }
+            Event::MapReleased { device, begin, tgt, size, dyn_rc, hold_rc, hold, change, .. }
+                if on(info_bits::MAPPING_EXISTS) =>
+            {
+                let suffix = rc_suffix(change);
+                let (dyn_s, hold_s) = if hold { ("", suffix) } else { (suffix, "") };
+                info(
+                    device,
+                    format_args!(
+                        "Mapping exists with HstPtrBegin=0x{begin:016x}, TgtPtrBegin=0x{tgt:016x}, Size={size}, DynRefCount={}{dyn_s}, HoldRefCount={}{hold_s}",
+                        rc_str(dyn_rc),
+                        rc_str(hold_rc)
+                    ),
+                );
+            }
+            Event::MapRemoved { device, begin, tgt_begin, size, name } if on(info_bits::MAPPING_CHANGED) => {
+                info(
+                    device,
+                    format_args!(
+                        "Removing map entry with HstPtrBegin=0x{begin:016x}, TgtPtrBegin=0x{tgt_begin:016x}, Size={size}, Name={}",
+                        var_name(name)
+                    ),
+                );
+            }
+            Event::MapUsm { device, begin, size } if on(info_bits::MAPPING_CHANGED) => {
+                info(device, format_args!("Return HstPtrBegin 0x{begin:016x} Size={size} for unified shared memory"));
+            }
+            Event::NoCounterpart { device, name } if on(info_bits::EMPTY_MAPPING) => {
+                info(device, format_args!("variable {} does not have a valid device counterpart", var_name(name)));
+            }
+            Event::Transfer { device, dir, host, tgt, bytes, name, done: None } if on(info_bits::DATA_TRANSFER) => {
+                match dir {
+                    Direction::ToDevice => info(
+                        device,
+                        format_args!(
+                            "Copying data from host to device, HstPtr=0x{host:016x}, TgtPtr=0x{tgt:016x}, Size={bytes}, Name={}",
+                            var_name(name)
+                        ),
+                    ),
+                    Direction::FromDevice => info(
+                        device,
+                        format_args!(
+                            "Copying data from device to host, TgtPtr=0x{tgt:016x}, HstPtr=0x{host:016x}, Size={bytes}, Name={}",
+                            var_name(name)
+                        ),
+                    ),
+                }
+            }
+            Event::Kernel { device, kernel, teams, threads, clang19, done: None, .. } if on(info_bits::PLUGIN_KERNEL) => {
+                let (teams, threads) = (teams.max(1), threads.max(1));
+                // LLVM 22 prints three-dimensional sizes; clang 19 programs get LLVM 19's line.
+                let (teams, threads) = if clang19 {
+                    (teams.to_string(), threads.to_string())
+                } else {
+                    (format!("[{teams},1,1]"), format!("[{threads},1,1]"))
+                };
+                emit(&format!(
+                    "\"PluginInterface\" device {device} info: Launching kernel {kernel} with {teams} blocks and {threads} threads in Generic mode\n"
+                ));
+            }
+            Event::MappingTables { tables } if on(info_bits::DUMP_TABLE) => emit(&(tables.0)()),
+            Event::UnmappedPointer { device, loc, kernel, var, addr, accessible } if on(info_bits::EMPTY_MAPPING) => {
+                let why = if accessible {
+                    " (this works only because the device shares the host's memory: map the data it points to)"
+                } else {
+                    ""
+                };
+                info(
+                    device,
+                    format_args!(
+                        "{}: pointer {var} passed to kernel {kernel} holds host address 0x{addr:016x}, which is not mapped on device {device}{why}",
+                        loc.parse()
+                    ),
+                );
+            }
+            _ => {}
+        }
+    }
 }

@@ -1,11 +1,10 @@
 //! `#pragma omp target`: map the data, build the kernel's arguments, launch, unmap.
 
-use crate::config::info_bits;
 use crate::data::{ConstructState, MapArgs};
 use crate::map_type::{self as mt, has, member_of};
 use crate::table::Lookup;
-use crate::trace::{self, TargetKind};
-use crate::{info, DeviceCtx, Failed, Loc, Outcome, Runtime, Target};
+use crate::trace::Event;
+use crate::{info, DeviceCtx, Failed, Loc, Outcome, Runtime};
 use omp_plugin::{AllocKind, LaunchConfig};
 
 /// One kernel launch, unpacked from `KernelArgsTy`.
@@ -30,29 +29,8 @@ pub const OFFLOAD_SUCCESS: i32 = 0;
 pub const OFFLOAD_FAIL: i32 = -1;
 
 impl Runtime {
-    /// `__tgt_target_kernel`.
-    pub fn target_kernel(&self, loc: Loc, device_id: i64, host_ptr: usize, launch: &mut KernelLaunch) -> i32 {
-        let dev = match self.check_device(device_id, loc) {
-            Ok(Target::Device(d)) => d,
-            Ok(Target::Host) => return OFFLOAD_FAIL,
-            Err(f) => {
-                self.handle_outcome(Err(f), loc);
-                return OFFLOAD_FAIL;
-            }
-        };
-        if self.config.info_on(info_bits::KERNEL_ARGS) {
-            self.print_args(dev.id, "Entering OpenMP kernel", loc, &launch.args);
-        }
-        let outcome = self.construct(TargetKind::Target, dev.id, loc, || self.target(&dev, loc, host_ptr, launch));
-        if outcome.is_err() {
-            info::error(format_args!("Executing target region abort target."));
-        }
-        self.after_construct(&dev, loc);
-        self.handle_outcome(outcome, loc);
-        OFFLOAD_SUCCESS
-    }
-
-    fn target(&self, dev: &DeviceCtx, loc: Loc, host_ptr: usize, launch: &mut KernelLaunch) -> Outcome {
+    /// A `target` region on a device: map, launch, unmap.
+    pub(crate) fn target(&self, dev: &DeviceCtx, loc: Loc, host_ptr: usize, launch: &mut KernelLaunch) -> Outcome {
         let Some(kernel) = dev.kernel(host_ptr) else {
             info::error(format_args!("Host ptr 0x{host_ptr:016x} does not have a matching target pointer."));
             return Err(Failed);
@@ -60,6 +38,7 @@ impl Runtime {
         let n = launch.args.len();
         let mut privates: Vec<(usize, usize)> = Vec::new();
         let mut tgt_args: Vec<usize> = Vec::with_capacity(n);
+        let mut host_args: Vec<usize> = Vec::with_capacity(n);
         let result = (|| -> Outcome {
             if n > 0 {
                 if self.data_begin(dev, &mut launch.args, false, &mut ConstructState::default()).is_err() {
@@ -68,26 +47,7 @@ impl Runtime {
                     self.explain_kernel_failure(dev, loc, host_ptr, "mapping its data before the launch");
                     return Err(Failed);
                 }
-                self.kernel_arguments(dev, loc, host_ptr, &launch.args, &mut tgt_args, &mut privates)?;
-            }
-            if self.config.info_on(info_bits::PLUGIN_KERNEL) {
-                let name = self.kernel_name(host_ptr).unwrap_or_else(|| format!("0x{host_ptr:x}"));
-                let (teams, threads) = (launch.num_teams.max(1), launch.thread_limit.max(1));
-                // LLVM 22 prints three-dimensional sizes; clang 19 programs get LLVM 19's line.
-                let (teams, threads) = if self.clang19_programs_only() {
-                    (teams.to_string(), threads.to_string())
-                } else {
-                    (format!("[{teams},1,1]"), format!("[{threads},1,1]"))
-                };
-                info::emit(&format!(
-                    "\"PluginInterface\" device {} info: Launching kernel {name} with {teams} blocks and {threads} threads in Generic mode\n",
-                    dev.id
-                ));
-            }
-            if self.observed() {
-                let (target_id, _) = trace::current();
-                let op = trace::next_id();
-                self.observe(|o| o.submit(target_id, op, launch.num_teams));
+                self.kernel_arguments(dev, loc, host_ptr, &launch.args, &mut tgt_args, &mut host_args, &mut privates)?;
             }
             let config = LaunchConfig {
                 num_teams: [launch.num_teams, launch.teams_yz[0], launch.teams_yz[1]],
@@ -96,22 +56,36 @@ impl Runtime {
                 dyn_group_mem: launch.dyn_group_mem,
                 with_dyn_ptr: launch.version >= 3,
             };
-            let span = || crate::profile::Span {
-                cat: crate::profile::Category::Kernel,
-                name: self.kernel_name(host_ptr).unwrap_or_else(|| format!("0x{host_ptr:x}")),
-                device: dev.id,
-                bytes: 0,
-                args: vec![
-                    ("location", loc.parse().to_string()),
-                    ("num_teams", launch.num_teams.to_string()),
-                    ("thread_limit", launch.thread_limit.to_string()),
-                    ("arguments", tgt_args.len().to_string()),
-                ],
+            let observing = self.observing();
+            let name = if observing {
+                self.kernel_name(host_ptr).unwrap_or_else(|| format!("0x{host_ptr:x}"))
+            } else {
+                String::new()
             };
-            self.timed(span, || dev.dev.launch(kernel, &tgt_args, &config)).map_err(|e| {
+            let kernel_event = |done| Event::Kernel {
+                device: dev.id,
+                kernel: &name,
+                loc,
+                teams: launch.num_teams,
+                threads: launch.thread_limit,
+                args: &tgt_args,
+                host_args: &host_args,
+                clang19: self.clang19_programs_only(),
+                done,
+            };
+            if observing {
+                self.emit(&kernel_event(None));
+            }
+            let start = self.start_timer();
+            let launched = dev.dev.launch(kernel, &tgt_args, &config);
+            if let Some(t) = Self::stop_timer(start) {
+                self.emit(&kernel_event(Some(t)));
+            }
+            launched.map_err(|e| {
                 let name = self.kernel_name(host_ptr).unwrap_or_default();
                 let l = loc.parse();
                 info::error(format_args!("Kernel {name} at {l} failed: {e}"));
+                dev.note_failure(&e, &format!("running kernel {name} at {l}"));
                 Failed
             })?;
             if n > 0 && self.data_end(dev, &mut launch.args, false).is_err() {
@@ -128,25 +102,21 @@ impl Runtime {
         result
     }
 
-    /// Builds the kernel's argument vector from the TARGET_PARAM entries, and applies
-    /// lambda-capture fix-ups.
-    /// INFO 0x40: a pointer argument that points nowhere on the device (the runtime
-    /// documentation's `sum` example without `map(to: A[0:N])`).
-    fn unmapped_pointer_note(&self, dev: &DeviceCtx, loc: Loc, host_ptr: usize, var: &str, addr: usize) {
+    /// A pointer argument that points nowhere on the device (the runtime documentation's
+    /// `sum` example without `map(to: A[0:N])`); INFO 0x40 explains it.
+    fn unmapped_pointer(&self, dev: &DeviceCtx, loc: Loc, host_ptr: usize, var: &str, addr: usize) {
+        if !self.observing() {
+            return;
+        }
         let kernel = self.kernel_name(host_ptr).unwrap_or_default();
-        let why = if dev.dev.is_accessible(addr, 1) {
-            " (this works only because the device shares the host's memory: map the data it points to)"
-        } else {
-            ""
-        };
-        info::info(
-            dev.id,
-            format_args!(
-                "{}: pointer {var} passed to kernel {kernel} holds host address 0x{addr:016x}, which is not mapped on device {}{why}",
-                loc.parse(),
-                dev.id
-            ),
-        );
+        self.emit(&Event::UnmappedPointer {
+            device: dev.id,
+            loc,
+            kernel: &kernel,
+            var,
+            addr,
+            accessible: dev.dev.is_accessible(addr, 1),
+        });
     }
 
     /// One line that says which kernel failed, where, and in which step.
@@ -157,6 +127,8 @@ impl Runtime {
         info::error(format_args!("target region {at}(kernel {name}, device {}) failed while {step}", dev.id));
     }
 
+    /// Builds the kernel's argument vector from the TARGET_PARAM entries, and applies
+    /// lambda-capture fix-ups.
     #[allow(clippy::too_many_arguments)]
     fn kernel_arguments(
         &self,
@@ -165,6 +137,7 @@ impl Runtime {
         host_ptr: usize,
         args: &MapArgs,
         out: &mut Vec<usize>,
+        host_out: &mut Vec<usize>,
         privates: &mut Vec<(usize, usize)>,
     ) -> Outcome {
         let n = args.len();
@@ -198,8 +171,8 @@ impl Runtime {
                 }
                 continue;
             }
-            let value = if has(ty, mt::LITERAL) {
-                base
+            let (value, host_value) = if has(ty, mt::LITERAL) {
+                (base, base)
             } else if has(ty, mt::PRIVATE) {
                 let size = args.sizes[i].max(0) as usize;
                 let storage = dev.alloc(size.max(1), AllocKind::Default).map_err(|e| {
@@ -212,7 +185,7 @@ impl Runtime {
                     // by the construct and alive for it.
                     unsafe { self.submit(dev, storage, begin, size, args.name(i)) }?;
                 }
-                storage.wrapping_add(base.wrapping_sub(begin))
+                (storage.wrapping_add(base.wrapping_sub(begin)), base)
             } else {
                 let hp_base = if has(ty, mt::PTR_AND_OBJ) {
                     // SAFETY: a PTR_AND_OBJ base is the address of the program's pointer
@@ -222,19 +195,19 @@ impl Runtime {
                     base
                 };
                 let table = dev.lock_table();
-                let tgt_begin = match table.lookup(begin, args.sizes[i].max(0) as usize) {
-                    Lookup::Contained(k) | Lookup::Extends(k) => table.get(k).expect("key").translate(begin),
-                    Lookup::NotFound => {
-                        if begin != 0 && self.config.info_on(info_bits::EMPTY_MAPPING) {
-                            self.unmapped_pointer_note(dev, loc, host_ptr, info::var_name(args.name(i)), begin);
-                        }
-                        begin
-                    }
+                let found = match table.lookup(begin, args.sizes[i].max(0) as usize) {
+                    Lookup::Contained(k) | Lookup::Extends(k) => Some(table.get(k).expect("key").translate(begin)),
+                    Lookup::NotFound => None,
                 };
-                tgt_begin.wrapping_add(hp_base.wrapping_sub(begin))
+                drop(table);
+                if found.is_none() && begin != 0 {
+                    self.unmapped_pointer(dev, loc, host_ptr, info::var_name(args.name(i)), begin);
+                }
+                (found.unwrap_or(begin).wrapping_add(hp_base.wrapping_sub(begin)), hp_base)
             };
             value_of[i] = Some(value);
             out.push(value);
+            host_out.push(host_value);
         }
         Ok(())
     }

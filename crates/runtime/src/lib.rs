@@ -7,6 +7,7 @@
 
 pub mod api;
 pub mod config;
+pub mod construct;
 pub mod data;
 pub mod device;
 pub mod info;
@@ -29,6 +30,8 @@ use omp_plugin::Plugin;
 use omp_sync::RwLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
+use std::time::Instant;
+use trace::Observer as _;
 
 /// What the runtime needs from libomp and from the program's code.
 pub trait OpenMpHost: Send + Sync {
@@ -82,9 +85,12 @@ pub struct Runtime {
     /// Only clang 19 binaries are registered (see `clang19_programs_only`).
     pub(crate) legacy_only: AtomicBool,
     policy: OnceLock<Policy>,
+    /// INFO output, an observer of events.
+    info_observer: info::InfoObserver,
+    /// The profile, an observer of events (when asked for).
+    profiler: Option<profile::Profiler>,
     /// Set once, after start-up (tools connect through libomp, which may call back into us).
     observers: OnceLock<Vec<Box<dyn trace::Observer>>>,
-    profiler: Option<profile::Profiler>,
 }
 
 /// Where a construct should run.
@@ -108,19 +114,10 @@ impl Runtime {
             legacy_only: AtomicBool::new(false),
             policy: OnceLock::new(),
             observers: OnceLock::new(),
+            info_observer: info::InfoObserver::new(config.info_bits()),
             profiler: profile::Profiler::new(config.profile.clone(), config.profile_summary),
             config,
         }
-    }
-
-    /// Runs `f`, recording it as a profile span when profiling is on.
-    #[inline]
-    pub(crate) fn timed<R>(&self, span: impl FnOnce() -> profile::Span, f: impl FnOnce() -> R) -> R {
-        let Some(p) = &self.profiler else { return f() };
-        let t0 = p.now();
-        let r = f();
-        p.record(span(), t0, p.now());
-        r
     }
 
     /// Whether a profile is being recorded (the ABI layer then arranges [`Runtime::finish`]).
@@ -135,82 +132,42 @@ impl Runtime {
         }
     }
 
-    /// Installs the observers (OMPT tools, profilers); only the first call counts.
+    /// Installs further observers (OMPT tools, checkers); only the first call counts.
     pub fn set_observers(&self, observers: Vec<Box<dyn trace::Observer>>) {
         let _ = self.observers.set(observers);
     }
 
-    /// Calls `f` on every observer; free when there are none.
+    /// Whether anyone listens to events: INFO bits, the profile, or installed observers.
+    /// Events that cost something to build are only built when this is true.
     #[inline]
-    pub(crate) fn observe(&self, f: impl Fn(&dyn trace::Observer)) {
+    pub(crate) fn observing(&self) -> bool {
+        self.config.info() != 0 || self.profiler.is_some() || self.observers.get().is_some_and(|o| !o.is_empty())
+    }
+
+    /// The start of an operation whose duration an observer wants (the profile), else `None`.
+    #[inline]
+    pub(crate) fn start_timer(&self) -> Option<Instant> {
+        self.profiler.as_ref().map(|_| Instant::now())
+    }
+
+    /// The interval from `start_timer` until now.
+    #[inline]
+    pub(crate) fn stop_timer(start: Option<Instant>) -> Option<trace::Interval> {
+        start.map(|start| trace::Interval { start, end: Instant::now() })
+    }
+
+    /// Hands an event to every observer, in order: INFO output, the profile, the rest.
+    /// Callers emit after releasing the runtime's locks.
+    pub(crate) fn emit(&self, ev: &trace::Event) {
+        self.info_observer.event(ev);
+        if let Some(p) = &self.profiler {
+            p.event(ev);
+        }
         if let Some(obs) = self.observers.get() {
             for o in obs {
-                f(o.as_ref());
+                o.event(ev);
             }
         }
-    }
-
-    #[inline]
-    pub(crate) fn observed(&self) -> bool {
-        self.observers.get().is_some_and(|o| !o.is_empty())
-    }
-
-    /// Reports a data operation of the current construct.
-    pub(crate) fn data_op(
-        &self,
-        op: trace::DataOp,
-        src: usize,
-        src_device: i32,
-        dst: usize,
-        dst_device: i32,
-        bytes: usize,
-    ) {
-        if !self.observed() {
-            return;
-        }
-        let (target_id, codeptr) = trace::current();
-        let ev = trace::DataOpEvent {
-            target_id,
-            host_op_id: trace::next_id(),
-            op,
-            src,
-            src_device,
-            dst,
-            dst_device,
-            bytes,
-            codeptr,
-        };
-        self.observe(|o| o.data_op(&ev));
-    }
-
-    /// Runs a construct between target begin/end events (and as a profile span).
-    pub(crate) fn construct<R>(&self, kind: trace::TargetKind, device: i32, loc: Loc, f: impl FnOnce() -> R) -> R {
-        let region = || {
-            let name = match kind {
-                trace::TargetKind::Target => "target",
-                trace::TargetKind::EnterData => "target data begin",
-                trace::TargetKind::ExitData => "target data end",
-                trace::TargetKind::Update => "target update",
-            };
-            profile::Span {
-                cat: profile::Category::Region,
-                name: name.into(),
-                device,
-                bytes: 0,
-                args: vec![("location", loc.parse().to_string())],
-            }
-        };
-        if !self.observed() {
-            return self.timed(region, f);
-        }
-        let id = trace::next_id();
-        let ra = trace::return_address();
-        let prev = trace::enter_construct(id, ra);
-        self.observe(|o| o.target(kind, true, device, id, ra));
-        let r = self.timed(region, f);
-        self.observe(|o| o.target(kind, false, device, id, ra));
-        trace::leave_construct(prev);
-        r
     }
 
     /// `omp_get_num_devices()`.
@@ -284,6 +241,10 @@ impl Runtime {
             ));
             return Err(Failed);
         };
+        if dev.lost().is_some() {
+            // Reported when it happened; every later construct just fails.
+            return Err(Failed);
+        }
         if let Err(e) = self.ensure_loaded(&dev) {
             info::error(format_args!("Failed to init globals on device {}: {e}", dev.id));
             return Err(Failed);
@@ -298,9 +259,7 @@ impl Runtime {
             return;
         }
         if self.config.info_on(config::info_bits::DUMP_TABLE) {
-            for dev in self.devices() {
-                dev.dump_table(&loc.parse());
-            }
+            self.announce_tables(loc, false);
         } else {
             info::error(format_args!("Consult https://openmp.llvm.org/design/Runtimes.html for debugging options."));
             info::error(format_args!("Run with LIBOMPTARGET_INFO=4 to dump host-target pointer mappings."));

@@ -4,6 +4,7 @@
 //! The file is written once, at exit or before a mandatory-offload abort, and is always
 //! complete JSON.
 
+use crate::trace::{Direction, Event, Observer, TargetKind};
 use omp_sync::Mutex;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -215,6 +216,79 @@ impl Profiler {
         if self.summary {
             crate::info::emit(&self.summary_table());
         }
+    }
+}
+
+impl Profiler {
+    fn record_interval(&self, span: Span, time: crate::trace::Interval) {
+        let ns = |t: Instant| t.saturating_duration_since(self.origin).as_nanos() as u64;
+        self.record(span, ns(time.start), ns(time.end));
+    }
+}
+
+/// The profile as an observer: a span for every event that has a duration.
+impl Observer for Profiler {
+    fn event(&self, ev: &Event) {
+        let var = crate::info::var_name;
+        let (span, time) = match *ev {
+            Event::BinaryRegistered { time: Some(t) } => {
+                (Span { cat: Category::Init, name: "register binary".into(), device: -1, bytes: 0, args: vec![] }, t)
+            }
+            Event::ImageLoaded { device, image, triple, entries, time: Some(t), .. } => (
+                Span {
+                    cat: Category::ImageLoad,
+                    name: format!("load image ({})", if triple.is_empty() { "unknown" } else { triple }),
+                    device,
+                    bytes: image.len() as u64,
+                    args: vec![("entries", entries.to_string())],
+                },
+                t,
+            ),
+            Event::Construct { kind, begin: false, device, loc, time: Some(t), .. } => {
+                let name = match kind {
+                    TargetKind::Target => "target",
+                    TargetKind::EnterData => "target data begin",
+                    TargetKind::ExitData => "target data end",
+                    TargetKind::Update => "target update",
+                };
+                let args = vec![("location", loc.parse().to_string())];
+                (Span { cat: Category::Region, name: name.into(), device, bytes: 0, args }, t)
+            }
+            Event::Alloc { device, bytes, name, time: Some(t), .. } => {
+                let span =
+                    Span { cat: Category::Alloc, name: var(name).into(), device, bytes: bytes as u64, args: vec![] };
+                (span, t)
+            }
+            Event::Free { device, bytes, name, time: Some(t), .. } => {
+                let span =
+                    Span { cat: Category::Free, name: var(name).into(), device, bytes: bytes as u64, args: vec![] };
+                (span, t)
+            }
+            Event::Transfer { device, dir, bytes, name, done: Some(t), .. } => {
+                let cat = match dir {
+                    Direction::ToDevice => Category::HostToDevice,
+                    Direction::FromDevice => Category::DeviceToHost,
+                };
+                (Span { cat, name: var(name).into(), device, bytes: bytes as u64, args: vec![] }, t)
+            }
+            Event::Kernel { device, kernel, loc, teams, threads, args, done: Some(t), .. } => (
+                Span {
+                    cat: Category::Kernel,
+                    name: kernel.into(),
+                    device,
+                    bytes: 0,
+                    args: vec![
+                        ("location", loc.parse().to_string()),
+                        ("num_teams", teams.to_string()),
+                        ("thread_limit", threads.to_string()),
+                        ("arguments", args.len().to_string()),
+                    ],
+                },
+                t,
+            ),
+            _ => return,
+        };
+        self.record_interval(span, time);
     }
 }
 

@@ -103,14 +103,11 @@ impl Runtime {
     /// `__tgt_register_lib`: records the binary and opens every device that can run one of
     /// its images. Images load on a device at its first use.
     pub fn register_lib(&self, desc: Descriptor) {
-        let span = || crate::profile::Span {
-            cat: crate::profile::Category::Init,
-            name: "register binary".into(),
-            device: -1,
-            bytes: 0,
-            args: vec![],
-        };
-        self.timed(span, || self.register_lib_now(desc))
+        let start = self.start_timer();
+        self.register_lib_now(desc);
+        if self.observing() {
+            self.emit(&crate::trace::Event::BinaryRegistered { time: Self::stop_timer(start) });
+        }
     }
 
     fn register_lib_now(&self, desc: Descriptor) {
@@ -200,11 +197,9 @@ impl Runtime {
             dev.forget_desc(&desc);
         }
         self.generation.fetch_add(1, Ordering::AcqRel);
-        if last && self.config.info_on(crate::config::info_bits::DUMP_TABLE) {
-            let loc = omp_format::SourceLocation::from_ident(";libomptarget;libomptarget;0;0;;");
-            for dev in self.devices().iter().rev() {
-                dev.dump_table(&loc);
-            }
+        if last {
+            static LOC: &std::ffi::CStr = c";libomptarget;libomptarget;0;0;;";
+            self.announce_tables(crate::Loc(LOC.as_ptr() as usize), true);
         }
     }
 
@@ -233,7 +228,7 @@ impl Runtime {
         self.num_devices.store(devices.len(), Ordering::Release);
         drop(devices);
         for (id, index) in ids {
-            self.observe(|o| o.device_init(id));
+            self.emit(&crate::trace::Event::DeviceInit { device: id });
             crate::debug!(self, "omptarget", "device {id} is device {index} of plugin {}", p.name());
         }
     }

@@ -1,0 +1,116 @@
+//! The construct-level entry points: a `target` region or a data directive, from device
+//! selection through its begin and end events to the offload policy's verdict. The work
+//! itself is in `launch.rs` (kernels) and `data.rs` (mapping).
+
+use crate::data::{ConstructState, Directive, MapArgs};
+use crate::launch::{KernelLaunch, OFFLOAD_FAIL, OFFLOAD_SUCCESS};
+use crate::trace::{self, Event, TargetKind};
+use crate::{info, DeviceCtx, Loc, Runtime, Target};
+
+impl Runtime {
+    /// `__tgt_target_kernel`.
+    pub fn target_kernel(&self, loc: Loc, device_id: i64, host_ptr: usize, launch: &mut KernelLaunch) -> i32 {
+        let dev = match self.check_device(device_id, loc) {
+            Ok(Target::Device(d)) => d,
+            Ok(Target::Host) => return OFFLOAD_FAIL,
+            Err(f) => {
+                self.handle_outcome(Err(f), loc);
+                return OFFLOAD_FAIL;
+            }
+        };
+        if self.observing() {
+            self.announce_args(dev.id, "Entering OpenMP kernel", loc, &launch.args);
+        }
+        let outcome = self.construct(TargetKind::Target, dev.id, loc, || self.target(&dev, loc, host_ptr, launch));
+        if outcome.is_err() {
+            info::error(format_args!("Executing target region abort target."));
+        }
+        self.after_construct(&dev, loc);
+        self.handle_outcome(outcome, loc);
+        OFFLOAD_SUCCESS
+    }
+
+    /// Runs a construct between its begin and end events.
+    fn construct<R>(&self, kind: trace::TargetKind, device: i32, loc: Loc, f: impl FnOnce() -> R) -> R {
+        if !self.observing() {
+            return f();
+        }
+        let target_id = trace::next_id();
+        let codeptr = trace::return_address();
+        let prev = trace::enter_construct(target_id, codeptr);
+        self.emit(&trace::Event::Construct { kind, begin: true, device, loc, target_id, codeptr, time: None });
+        let start = self.start_timer();
+        let r = f();
+        let time = Self::stop_timer(start);
+        self.emit(&trace::Event::Construct { kind, begin: false, device, loc, target_id, codeptr, time });
+        trace::leave_construct(prev);
+        r
+    }
+
+    /// A data directive (`target data` begin/end, `enter`/`exit data`, `update`), including
+    /// device selection, INFO output and the outcome policy.
+    pub fn data_directive(&self, loc: Loc, device_id: i64, args: &mut MapArgs, which: Directive, nowait: bool) {
+        let dev = match self.check_device(device_id, loc) {
+            Ok(crate::Target::Device(d)) => d,
+            Ok(crate::Target::Host) => return,
+            Err(f) => return self.handle_outcome(Err(f), loc),
+        };
+        if self.observing() {
+            let region = match (which, nowait) {
+                (Directive::Begin, false) => "Entering OpenMP data region with being_mapper",
+                (Directive::Begin, true) => "Entering OpenMP data region with being_nowait_mapper",
+                (Directive::End, false) => "Exiting OpenMP data region with end_mapper",
+                (Directive::End, true) => "Exiting OpenMP data region with end_nowait_mapper",
+                (Directive::Update, false) => "Updating data within the OpenMP data region with update_mapper",
+                (Directive::Update, true) => "Updating data within the OpenMP data region with update_nowait_mapper",
+            };
+            self.announce_args(dev.id, region, loc, args);
+        }
+        let kind = match which {
+            Directive::Begin => TargetKind::EnterData,
+            Directive::End => TargetKind::ExitData,
+            Directive::Update => TargetKind::Update,
+        };
+        let outcome = self.construct(kind, dev.id, loc, || match which {
+            Directive::Begin => self.data_begin(&dev, args, false, &mut ConstructState::default()),
+            Directive::End => self.data_end(&dev, args, false),
+            Directive::Update => self.data_update(&dev, args),
+        });
+        if outcome.is_err() {
+            let what = match which {
+                Directive::Begin => "targetDataBegin",
+                Directive::End => "targetDataEnd",
+                Directive::Update => "targetDataUpdate",
+            };
+            info::error(format_args!("Call to {what} failed, abort target."));
+        }
+        self.after_construct(&dev, loc);
+        self.handle_outcome(outcome, loc);
+    }
+
+    /// The mapping tables after every construct, for observers that show them (INFO 0x4).
+    pub(crate) fn after_construct(&self, _dev: &DeviceCtx, loc: Loc) {
+        self.announce_tables(loc, false);
+    }
+
+    /// Offers every device's mapping table to observers (built only if one looks).
+    pub(crate) fn announce_tables(&self, loc: Loc, reverse: bool) {
+        if !self.observing() {
+            return;
+        }
+        let text = || {
+            let l = loc.parse();
+            let mut devices = self.devices();
+            if reverse {
+                devices.reverse();
+            }
+            devices.iter().map(|d| d.table_text(&l)).collect::<String>()
+        };
+        self.emit(&Event::MappingTables { tables: crate::trace::Lazy(&text) });
+    }
+
+    /// The construct's map arguments, as the compiler passed them (INFO 0x1 prints them).
+    pub(crate) fn announce_args(&self, device: i32, region: &str, loc: Loc, args: &MapArgs) {
+        self.emit(&Event::Arguments { device, region, loc, types: args.types, sizes: args.sizes, names: args.names });
+    }
+}
