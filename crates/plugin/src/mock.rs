@@ -15,6 +15,21 @@ pub struct MockDevice {
     memory: Mutex<MockMemory>,
     kernels: Mutex<Vec<(String, MockKernel)>>,
     globals: Mutex<Vec<(String, usize, usize)>>,
+    /// Host-to-device copies so far (tests count them).
+    submits: std::sync::atomic::AtomicUsize,
+    /// A pause inside every copy, to let tests overlap threads.
+    copy_delay: Mutex<std::time::Duration>,
+    /// Set once the device is "lost": every later operation fails with that reason.
+    lost: Mutex<Option<String>>,
+    /// Copies wait here until this many are in flight at once (or a deadline passes).
+    rendezvous: Mutex<Rendezvous>,
+}
+
+#[derive(Default)]
+struct Rendezvous {
+    expected: usize,
+    in_flight: usize,
+    met: bool,
 }
 
 #[derive(Default)]
@@ -56,6 +71,65 @@ impl MockDevice {
         let mut mem = self.memory.lock();
         let (start, block) = mem.block_mut(addr, bytes.len()).expect("mock write out of bounds");
         block[addr - start..addr - start + bytes.len()].copy_from_slice(bytes);
+    }
+
+    /// Host-to-device copies performed so far.
+    pub fn submits(&self) -> usize {
+        self.submits.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Makes every copy take at least `d` (outside any lock of the device).
+    pub fn set_copy_delay(&self, d: std::time::Duration) {
+        *self.copy_delay.lock() = d;
+    }
+
+    /// Loses the device: every later operation fails with `DeviceLost`.
+    pub fn lose(&self, reason: &str) {
+        *self.lost.lock() = Some(reason.to_string());
+    }
+
+    fn check_alive(&self) -> Result<()> {
+        match &*self.lost.lock() {
+            Some(why) => Err(PluginError::lost(why.clone())),
+            None => Ok(()),
+        }
+    }
+
+    /// Makes copies wait (up to `deadline`) until `n` of them are in flight together;
+    /// [`MockDevice::rendezvous_met`] then tells whether they were.
+    pub fn expect_overlap(&self, n: usize) {
+        *self.rendezvous.lock() = Rendezvous { expected: n, in_flight: 0, met: false };
+    }
+
+    /// Whether the copies expected by [`MockDevice::expect_overlap`] were in flight together.
+    pub fn rendezvous_met(&self) -> bool {
+        self.rendezvous.lock().met
+    }
+
+    fn meet(&self) {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        let mut r = self.rendezvous.lock();
+        if r.expected == 0 {
+            return;
+        }
+        r.in_flight += 1;
+        if r.in_flight >= r.expected {
+            r.met = true;
+        }
+        while !r.met && std::time::Instant::now() < deadline {
+            drop(r);
+            std::thread::sleep(std::time::Duration::from_millis(1));
+            r = self.rendezvous.lock();
+        }
+        r.in_flight -= 1;
+    }
+
+    fn pause(&self) {
+        self.meet();
+        let d = *self.copy_delay.lock();
+        if !d.is_zero() {
+            std::thread::sleep(d);
+        }
     }
 
     /// Number of live allocations.
@@ -101,6 +175,7 @@ impl Device for MockDevice {
             .ok_or_else(|| PluginError::failed(format!("mock device: no global {name}")))
     }
     fn alloc(&self, size: usize, _kind: AllocKind) -> Result<usize> {
+        self.check_alive()?;
         let mut mem = self.memory.lock();
         let addr = BASE + mem.next;
         // Leave a gap so out-of-bounds accesses hit no block.
@@ -116,6 +191,9 @@ impl Device for MockDevice {
         Ok(())
     }
     unsafe fn submit(&self, tgt: usize, host: usize, size: usize) -> Result<()> {
+        self.check_alive()?;
+        self.pause();
+        self.submits.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let mut mem = self.memory.lock();
         let (start, block) = mem.block_mut(tgt, size).ok_or_else(|| oob("submit", tgt, size))?;
         let dst = &mut block[tgt - start..tgt - start + size];
@@ -125,6 +203,8 @@ impl Device for MockDevice {
         Ok(())
     }
     unsafe fn retrieve(&self, host: usize, tgt: usize, size: usize) -> Result<()> {
+        self.check_alive()?;
+        self.pause();
         let mem = self.memory.lock();
         let (start, block) = mem.block(tgt, size).ok_or_else(|| oob("retrieve", tgt, size))?;
         let src = &block[tgt - start..tgt - start + size];
@@ -139,6 +219,7 @@ impl Device for MockDevice {
         Ok(())
     }
     fn launch(&self, kernel: KernelId, args: &[usize], _config: &LaunchConfig) -> Result<()> {
+        self.check_alive()?;
         let ks = self.kernels.lock();
         let (_, body) = ks.get(kernel.0).ok_or_else(|| PluginError::failed("mock device: bad kernel"))?;
         body(self, args);

@@ -1,0 +1,169 @@
+//! The runtime's seams on a mock device: copies outside the table lock (two threads overlap,
+//! the same data is copied once), structured events in order, a lost device.
+
+use omp_format::{EntryLayout, OffloadEntry};
+use omp_plugin::mock::{MockDevice, MockPlugin, SharedMock};
+use omp_runtime::data::ConstructState;
+use omp_runtime::map_type::*;
+use omp_runtime::trace::{Event, Observer};
+use omp_runtime::{BinaryImage, Config, Descriptor, Loc, MapArgs, MapperComponents, OpenMpHost, Runtime};
+use std::sync::{Arc, Mutex};
+
+struct Host;
+
+impl OpenMpHost for Host {
+    fn target_offload(&self) -> i32 {
+        1
+    }
+    fn default_device(&self) -> i32 {
+        0
+    }
+    fn call_mapper(&self, _: usize, _: usize, _: usize, _: i64, _: i64, _: usize) -> MapperComponents {
+        MapperComponents::default()
+    }
+}
+
+fn runtime(config: Config) -> (Arc<Runtime>, Arc<MockDevice>) {
+    let mock = SharedMock::default();
+    let dev = mock.0.clone();
+    let rt = Runtime::new(config, Box::new(Host), vec![Box::new(MockPlugin(mock))]);
+    rt.register_lib(Descriptor {
+        key: 1,
+        images: vec![BinaryImage { bytes: b"MOCK image".as_slice().into() }],
+        entries: Vec::<OffloadEntry>::new(),
+        layout: EntryLayout::V1,
+    });
+    (Arc::new(rt), dev)
+}
+
+/// Maps `[p, p+len)` with `ty` through data-begin on device 0.
+fn map(rt: &Runtime, p: usize, len: usize, ty: i64) -> Result<(), omp_runtime::Failed> {
+    let (mut bases, begins, sizes, types) = (vec![p], vec![p], vec![len as i64], vec![ty]);
+    let mut args =
+        MapArgs { bases: &mut bases, begins: &begins, sizes: &sizes, types: &types, names: None, mappers: None };
+    let dev = rt.device(0).expect("device 0");
+    rt.data_begin(&dev, &mut args, false, &mut ConstructState::default())
+}
+
+#[test]
+fn two_threads_copy_different_data_at_the_same_time() {
+    let (rt, dev) = runtime(Config::default());
+    dev.expect_overlap(2);
+    let bufs: Vec<Vec<u8>> = (0..2).map(|i| vec![i as u8 + 1; 1 << 16]).collect();
+    std::thread::scope(|s| {
+        for b in &bufs {
+            let rt = rt.clone();
+            let p = b.as_ptr() as usize;
+            s.spawn(move || map(&rt, p, 1 << 16, TO).expect("mapped"));
+        }
+    });
+    assert!(dev.rendezvous_met(), "the second thread's copy had to wait for the first one's: a lock is held across it");
+    for b in &bufs {
+        let t = rt.mapped_ptr(b.as_ptr() as usize, 0);
+        assert_eq!(dev.read(t, 4), b[..4], "each thread's data arrived");
+    }
+}
+
+#[test]
+fn the_same_data_is_copied_once_and_nobody_sees_it_early() {
+    let (rt, dev) = runtime(Config::default());
+    dev.set_copy_delay(std::time::Duration::from_millis(50));
+    let data = vec![7u8; 4096];
+    let p = data.as_ptr() as usize;
+    let seen: Vec<Vec<u8>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..4)
+            .map(|_| {
+                let (rt, dev) = (rt.clone(), dev.clone());
+                s.spawn(move || {
+                    map(&rt, p, 4096, TO).expect("mapped");
+                    // Once data-begin returns, the device copy must be complete.
+                    dev.read(rt.mapped_ptr(p, 0), 4096)
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().expect("thread")).collect()
+    });
+    assert_eq!(dev.submits(), 1, "one copy for one mapping, however many threads map it");
+    for s in seen {
+        assert!(s.iter().all(|&b| b == 7), "a thread used the mapping before its data arrived");
+    }
+}
+
+#[derive(Default)]
+struct Recorder(Mutex<Vec<String>>);
+
+impl Observer for Recorder {
+    fn event(&self, ev: &Event) {
+        let name = match ev {
+            Event::Construct { begin: true, .. } => "construct-begin",
+            Event::Construct { begin: false, .. } => "construct-end",
+            Event::Arguments { .. } => "arguments",
+            Event::Alloc { .. } => "alloc",
+            Event::MapCreated { .. } => "created",
+            Event::MapReused { .. } => "reused",
+            Event::MapReleased { .. } => "released",
+            Event::MapRemoved { .. } => "removed",
+            Event::Transfer { done: None, .. } => "transfer",
+            Event::Free { .. } => "free",
+            Event::MappingTables { .. } => "tables",
+            _ => return,
+        };
+        self.0.lock().unwrap().push(name.to_string());
+    }
+}
+
+struct Shared(Arc<Recorder>);
+
+impl Observer for Shared {
+    fn event(&self, ev: &Event) {
+        self.0.event(ev)
+    }
+}
+
+#[test]
+fn a_construct_reports_its_mapping_decisions_in_order() {
+    let (rt, _dev) = runtime(Config::default());
+    let rec = Arc::new(Recorder::default());
+    rt.set_observers(vec![Box::new(Shared(rec.clone()))]);
+    let data = [1u32; 16];
+    let p = data.as_ptr() as usize;
+    let (mut bases, begins, sizes, types) = (vec![p], vec![p], vec![64i64], vec![TO | FROM]);
+    let mut args =
+        MapArgs { bases: &mut bases, begins: &begins, sizes: &sizes, types: &types, names: None, mappers: None };
+    rt.data_directive(Loc::NONE, 0, &mut args, omp_runtime::data::Directive::Begin, false);
+    rt.data_directive(Loc::NONE, 0, &mut args, omp_runtime::data::Directive::End, false);
+    let got = rec.0.lock().unwrap().clone();
+    let want = [
+        "arguments",
+        "construct-begin",
+        "alloc",
+        "created",
+        "transfer",
+        "construct-end",
+        "tables",
+        "arguments",
+        "construct-begin",
+        "released",
+        "transfer",
+        "removed",
+        "free",
+        "construct-end",
+        "tables",
+    ];
+    assert_eq!(got, want);
+}
+
+#[test]
+fn a_lost_device_is_reported_once_and_not_used_again() {
+    let (rt, dev) = runtime(Config::default());
+    let data = [0u8; 64];
+    let p = data.as_ptr() as usize;
+    map(&rt, p, 64, TO).expect("a live device maps");
+    dev.lose("worker process exited (signal 9)");
+    let other = [0u8; 64];
+    assert!(map(&rt, other.as_ptr() as usize, 64, TO).is_err());
+    let d = rt.device(0).expect("device 0");
+    assert_eq!(d.lost(), Some("worker process exited (signal 9)"));
+    assert!(rt.check_device(0, Loc::NONE).is_err(), "a lost device runs no further construct");
+    assert_eq!(rt.target_alloc(64, 0, omp_plugin::AllocKind::Default, "omp_target_alloc"), 0, "nor API call");
+}
