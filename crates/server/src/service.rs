@@ -10,6 +10,7 @@ use omp_worker::{CallError, Request as Call, Response as Reply};
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use tokio::sync::mpsc;
@@ -60,6 +61,25 @@ pub struct Session {
     ended: Mutex<Option<String>>,
     /// Names of the kernels running now: a worker that dies while one runs names it.
     running: Mutex<Vec<String>>,
+    /// The session's place under `--max-sessions`, given back when the session is dropped.
+    _slot: Slot,
+}
+
+/// One of the `--max-sessions` places, taken before the worker starts.
+struct Slot(Arc<AtomicUsize>);
+
+impl Slot {
+    /// Takes a place if fewer than `max` are taken.
+    fn take(taken: &Arc<AtomicUsize>, max: usize) -> Option<Slot> {
+        taken.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1)).ok()?;
+        Some(Slot(taken.clone()))
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl Session {
@@ -103,13 +123,15 @@ impl Session {
 pub struct Service {
     cfg: Arc<ServerConfig>,
     sessions: Mutex<HashMap<u64, Arc<Session>>>,
+    /// Sessions open or opening (`--max-sessions` counts these).
+    slots: Arc<AtomicUsize>,
 }
 
 type Stream2<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
 
 impl Service {
     pub fn new(cfg: Arc<ServerConfig>) -> Arc<Self> {
-        Arc::new(Self { cfg, sessions: Mutex::new(HashMap::new()) })
+        Arc::new(Self { cfg, sessions: Mutex::new(HashMap::new()), slots: Arc::default() })
     }
 
     fn log(&self, msg: std::fmt::Arguments) {
@@ -206,13 +228,10 @@ impl Offload for Handler {
         let svc = self.0.clone();
         let peer = req.remote_addr();
         let mut inbound = req.into_inner();
+        let slot = Slot::take(&svc.slots, svc.cfg.max_sessions).ok_or_else(|| {
+            Status::resource_exhausted(format!("the server is at its limit of {} sessions", svc.cfg.max_sessions))
+        })?;
         let worker = {
-            if svc.sessions.lock().unwrap().len() >= svc.cfg.max_sessions {
-                return Err(Status::resource_exhausted(format!(
-                    "the server is at its limit of {} sessions",
-                    svc.cfg.max_sessions
-                )));
-            }
             Relay::spawn(&svc.cfg.worker_exe, svc.cfg.devices, &svc.cfg.lib_path)
                 .await
                 .map_err(|e| Status::unavailable(format!("cannot start a device worker: {e}")))?
@@ -232,6 +251,7 @@ impl Offload for Handler {
             last_beat: Mutex::new(Instant::now()),
             ended: Mutex::new(None),
             running: Mutex::default(),
+            _slot: slot,
         });
         svc.log(format_args!(
             "session {id:#x} opened for {} (worker {})",
