@@ -7,6 +7,7 @@
 //! timeout end a launch whose server died or stalled. Device addresses are the server's:
 //! this process never dereferences them, and the server checks them against the session.
 
+pub mod check;
 pub mod config;
 
 use config::ClientConfig;
@@ -166,18 +167,7 @@ impl Conn {
                 .await
                 .map_err(|s| PluginError::failed(format!("{what}: {}", s.message())))?
                 .into_inner();
-            if hello.protocol_version != omp_remote_proto::PROTOCOL_VERSION {
-                return Err(PluginError::failed(format!(
-                    "{what}: the server speaks protocol {}, this runtime {}",
-                    hello.protocol_version,
-                    omp_remote_proto::PROTOCOL_VERSION
-                )));
-            }
-            if hello.pointer_width != usize::BITS || hello.little_endian != cfg!(target_endian = "little") {
-                return Err(PluginError::failed(format!(
-                    "{what}: the server's pointer width or byte order differs from this machine's"
-                )));
-            }
+            check::hello(&hello).map_err(|e| PluginError::failed(format!("{what}: {e}")))?;
             Ok(Conn { addr: addr.to_string(), client, hello, cfg, session: Mutex::new(None) })
         })
     }
@@ -517,26 +507,21 @@ impl Device for RemoteDevice {
                 Ok(r) => r.map_err(|st| c.status(&s, st))?.into_inner(),
                 Err(_) => return Err(stalled()),
             };
-            let mut got = 0usize;
+            let mut assembly = check::Assembly::new(size);
             loop {
                 let m = tokio::time::timeout(latency, stream.message())
                     .await
                     .map_err(|_| stalled())?
                     .map_err(|st| c.status(&s, st))?;
                 let Some(chunk) = m else { break };
-                let off = chunk.offset as usize;
-                if off.checked_add(chunk.data.len()).is_none_or(|end| end > size) {
-                    return Err(c.err(&format!("{what}: the server sent bytes outside the requested range")));
-                }
-                // SAFETY: `off + len <= size` was checked above, and the caller promises
-                // `[host, host+size)` writable for the duration of this call.
-                unsafe { host_memory::copy(host + off, chunk.data.as_ptr() as usize, chunk.data.len()) };
-                got += chunk.data.len();
+                assembly.accept(chunk.offset, chunk.data.len()).map_err(|e| c.err(&format!("{what}: {e}")))?;
+                // SAFETY: accepted, so `[offset, offset+len)` lies inside `[0, size)`, and the
+                // caller promises `[host, host+size)` writable for the duration of this call.
+                unsafe {
+                    host_memory::copy(host + chunk.offset as usize, chunk.data.as_ptr() as usize, chunk.data.len())
+                };
             }
-            if got != size {
-                return Err(c.err(&format!("{what}: the transfer ended after {got} bytes")));
-            }
-            Ok(())
+            assembly.finish().map_err(|e| c.err(&format!("{what}: {e}")))
         })
     }
 

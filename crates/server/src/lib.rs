@@ -3,11 +3,9 @@
 //! memory live in a worker process of their own.
 
 pub mod config;
-pub mod proc;
+pub mod relay;
 pub mod service;
 mod sys;
-pub mod wire;
-pub mod worker;
 
 use config::ServerConfig;
 use omp_remote_proto::pb::offload_server::OffloadServer;

@@ -5,7 +5,7 @@ fn main() {
     if args.first().map(String::as_str) == Some("--worker") {
         let devices = args.get(1).and_then(|d| d.parse().ok()).unwrap_or(1);
         let parent = args.get(2).and_then(|p| p.parse().ok()).unwrap_or(0);
-        std::process::exit(offload_server::worker::main(devices, parent));
+        std::process::exit(omp_worker::serve::main(&omp_plugin_host::HostPlugin, devices, parent));
     }
     let cfg = match offload_server::config::ServerConfig::parse(&args, |k| std::env::var(k).ok()) {
         Ok(c) => c,

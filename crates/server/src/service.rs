@@ -1,14 +1,16 @@
 //! The gRPC service: sessions, their handles and limits, and relaying to workers.
 
 use crate::config::ServerConfig;
-use crate::proc::{CallError, Worker};
-use crate::{sys, wire};
+use crate::relay::{unexpected, Relay};
+use crate::sys;
 use omp_remote_proto::pb::offload_server::Offload;
 use omp_remote_proto::pb::*;
 use omp_remote_proto::PROTOCOL_VERSION;
+use omp_worker::{CallError, Request as Call, Response as Reply};
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 use tokio::sync::mpsc;
@@ -18,6 +20,11 @@ use tonic::{Request, Response, Status, Streaming};
 
 /// Supported image triples (the host plugin's).
 pub const TRIPLES: [&str; 2] = ["x86_64-pc-linux-gnu", "x86_64-unknown-linux-gnu"];
+
+/// Longest symbol name a client may look up.
+const MAX_SYMBOL_NAME: usize = 4096;
+/// Most arguments a kernel launch may carry.
+const MAX_KERNEL_ARGS: usize = 4096;
 
 /// A kernel the session resolved.
 struct Kernel {
@@ -48,12 +55,31 @@ fn within(map: &BTreeMap<u64, u64>, addr: u64, size: u64) -> bool {
 pub struct Session {
     pub id: u64,
     peer: Option<SocketAddr>,
-    worker: Worker,
+    worker: Relay,
     owned: Mutex<Owned>,
     last_beat: Mutex<Instant>,
     ended: Mutex<Option<String>>,
     /// Names of the kernels running now: a worker that dies while one runs names it.
     running: Mutex<Vec<String>>,
+    /// The session's place under `--max-sessions`, given back when the session is dropped.
+    _slot: Slot,
+}
+
+/// One of the `--max-sessions` places, taken before the worker starts.
+struct Slot(Arc<AtomicUsize>);
+
+impl Slot {
+    /// Takes a place if fewer than `max` are taken.
+    fn take(taken: &Arc<AtomicUsize>, max: usize) -> Option<Slot> {
+        taken.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1)).ok()?;
+        Some(Slot(taken.clone()))
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl Session {
@@ -97,13 +123,15 @@ impl Session {
 pub struct Service {
     cfg: Arc<ServerConfig>,
     sessions: Mutex<HashMap<u64, Arc<Session>>>,
+    /// Sessions open or opening (`--max-sessions` counts these).
+    slots: Arc<AtomicUsize>,
 }
 
 type Stream2<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
 
 impl Service {
     pub fn new(cfg: Arc<ServerConfig>) -> Arc<Self> {
-        Arc::new(Self { cfg, sessions: Mutex::new(HashMap::new()) })
+        Arc::new(Self { cfg, sessions: Mutex::new(HashMap::new()), slots: Arc::default() })
     }
 
     fn log(&self, msg: std::fmt::Arguments) {
@@ -150,7 +178,7 @@ impl Service {
             o.used,
             o.allocs.len(),
             o.images.len(),
-            s.worker.pid
+            s.worker.pid()
         ));
     }
 
@@ -200,14 +228,12 @@ impl Offload for Handler {
         let svc = self.0.clone();
         let peer = req.remote_addr();
         let mut inbound = req.into_inner();
+        let slot = Slot::take(&svc.slots, svc.cfg.max_sessions).ok_or_else(|| {
+            Status::resource_exhausted(format!("the server is at its limit of {} sessions", svc.cfg.max_sessions))
+        })?;
         let worker = {
-            if svc.sessions.lock().unwrap().len() >= svc.cfg.max_sessions {
-                return Err(Status::resource_exhausted(format!(
-                    "the server is at its limit of {} sessions",
-                    svc.cfg.max_sessions
-                )));
-            }
-            Worker::spawn(&svc.cfg.worker_exe, svc.cfg.devices, &svc.cfg.lib_path)
+            Relay::spawn(&svc.cfg.worker_exe, svc.cfg.devices, &svc.cfg.lib_path)
+                .await
                 .map_err(|e| Status::unavailable(format!("cannot start a device worker: {e}")))?
         };
         let id = loop {
@@ -225,11 +251,12 @@ impl Offload for Handler {
             last_beat: Mutex::new(Instant::now()),
             ended: Mutex::new(None),
             running: Mutex::default(),
+            _slot: slot,
         });
         svc.log(format_args!(
             "session {id:#x} opened for {} (worker {})",
             peer.map(|p| p.to_string()).unwrap_or_else(|| "?".into()),
-            session.worker.pid
+            session.worker.pid()
         ));
         svc.sessions.lock().unwrap().insert(id, session.clone());
         let (tx, rx) = mpsc::channel(4);
@@ -290,12 +317,7 @@ impl Offload for Handler {
         if image.len() as u64 != first.total_size {
             return Err(Status::invalid_argument("image transfer ended early"));
         }
-        let r = s
-            .worker
-            .call(wire::OP_LOAD, &[&device.to_le_bytes(), &image])
-            .await
-            .map_err(|e| s.map_err(e, "image load"))?;
-        let index = wire::Dec(&r).u64().map_err(|e| Status::internal(e.to_string()))?;
+        let index = s.worker.load(device, image).await.map_err(|e| s.map_err(e, "image load"))?;
         let mut o = s.owned.lock().unwrap();
         o.images.push((device, index));
         Ok(Response::new(LoadImageReply { image: o.images.len() as u64 }))
@@ -306,6 +328,9 @@ impl Offload for Handler {
         let r = req.into_inner();
         let s = self.0.session(r.session, peer)?;
         let device = self.0.device(r.device)?;
+        if r.name.len() > MAX_SYMBOL_NAME {
+            return Err(Status::invalid_argument(format!("a symbol name of {} bytes is too long", r.name.len())));
+        }
         let index = {
             let o = s.owned.lock().unwrap();
             match r.image.checked_sub(1).and_then(|i| o.images.get(i as usize)) {
@@ -313,13 +338,20 @@ impl Offload for Handler {
                 _ => return Err(Status::not_found(format!("no image {} on device {device} in this session", r.image))),
             }
         };
-        let payload = wire::Enc::default().u32(device).u64(index).u8(u8::from(r.kernel)).bytes(r.name.as_bytes()).0;
-        let reply = s.worker.call(wire::OP_SYMBOL, &[&payload]).await.map_err(|e| match e {
+        let req = if r.kernel {
+            Call::Kernel { device, image: index, name: &r.name }
+        } else {
+            Call::Global { device, image: index, name: &r.name }
+        };
+        let reply = s.worker.call(req).await.map_err(|e| match e {
             CallError::Failed(m) => Status::not_found(m),
             e => s.map_err(e, "symbol lookup"),
         })?;
-        let mut d = wire::Dec(&reply);
-        let (addr, size) = (d.u64().unwrap_or(0), d.u64().unwrap_or(0));
+        let (addr, size) = match reply {
+            Reply::Kernel(k) => (k, 0),
+            Reply::Global { addr, size } => (addr, size),
+            r => return Err(s.map_err(unexpected(r), "symbol lookup")),
+        };
         let mut o = s.owned.lock().unwrap();
         if r.kernel {
             o.kernels.push(Kernel { device, addr, name: r.name });
@@ -339,6 +371,7 @@ impl Offload for Handler {
         if r.size == 0 {
             return Err(Status::invalid_argument("zero-size allocation"));
         }
+        let size = r.size;
         {
             let mut o = s.owned.lock().unwrap();
             let limit = self.0.cfg.max_session_memory;
@@ -350,13 +383,13 @@ impl Offload for Handler {
             }
             o.used += r.size; // reserved now, so concurrent allocations respect the limit
         }
-        let reply = s.worker.call(wire::OP_ALLOC, &[&wire::Enc::default().u32(device).u64(r.size).0]).await;
+        let reply = s.worker.call(Call::Alloc { device, size: r.size }).await;
         let mut o = s.owned.lock().unwrap();
-        let addr = match reply.map(|b| wire::Dec(&b).u64()) {
-            Ok(Ok(a)) => a,
-            Ok(Err(e)) => {
-                o.used -= r.size;
-                return Err(Status::internal(e.to_string()));
+        let addr = match reply {
+            Ok(Reply::Addr(a)) => a,
+            Ok(r) => {
+                o.used -= size;
+                return Err(Status::internal(unexpected(r).to_string()));
             }
             Err(e) => {
                 o.used -= r.size;
@@ -384,10 +417,7 @@ impl Offload for Handler {
             .remove(&r.addr)
             .ok_or_else(|| Status::not_found(format!("0x{:x} is not an allocation of this session", r.addr)))?;
         s.owned.lock().unwrap().used -= size;
-        s.worker
-            .call(wire::OP_FREE, &[&wire::Enc::default().u32(device).u64(r.addr).0])
-            .await
-            .map_err(|e| s.map_err(e, "free"))?;
+        s.worker.call(Call::Free { device, addr: r.addr }).await.map_err(|e| s.map_err(e, "free"))?;
         Ok(Response::new(Empty {}))
     }
 
@@ -396,7 +426,7 @@ impl Offload for Handler {
         let mut stream = req.into_inner();
         let first = Service::first(&mut stream).await?;
         let s = self.0.session(first.session, peer)?;
-        self.0.device(first.device)?;
+        let device = self.0.device(first.device)?;
         let (addr, total) = (first.addr, first.total_size);
         s.check_range(addr, total)?;
         let mut received = 0u64;
@@ -406,7 +436,7 @@ impl Offload for Handler {
             if c.offset.checked_add(len).is_none_or(|end| end > total) {
                 return Err(Status::invalid_argument("chunk outside the announced transfer"));
             }
-            s.worker.write(addr + c.offset, &c.data).await.map_err(|e| s.map_err(e, "a host-to-device copy"))?;
+            s.worker.write(device, addr + c.offset, c.data).await.map_err(|e| s.map_err(e, "a host-to-device copy"))?;
             received += len;
             chunk = stream.message().await?;
         }
@@ -422,7 +452,7 @@ impl Offload for Handler {
         let peer = req.remote_addr();
         let r = req.into_inner();
         let s = self.0.session(r.session, peer)?;
-        self.0.device(r.device)?;
+        let device = self.0.device(r.device)?;
         s.check_range(r.addr, r.size)?;
         let chunk = u64::from(r.chunk.clamp(4096, omp_remote_proto::MAX_CHUNK_BYTES));
         let (tx, rx) = mpsc::channel(4);
@@ -430,7 +460,7 @@ impl Offload for Handler {
             let mut off = 0u64;
             while off < r.size {
                 let n = chunk.min(r.size - off);
-                let item = match s.worker.read(r.addr + off, n as usize).await {
+                let item = match s.worker.read(device, r.addr + off, n as usize).await {
                     Ok(data) => Ok(DataChunk { offset: off, data: data.into() }),
                     Err(e) => Err(s.map_err(e, "a device-to-host copy")),
                 };
@@ -448,11 +478,11 @@ impl Offload for Handler {
         let peer = req.remote_addr();
         let r = req.into_inner();
         let s = self.0.session(r.session, peer)?;
-        self.0.device(r.device)?;
+        let device = self.0.device(r.device)?;
         s.check_range(r.src, r.size)?;
         s.check_range(r.dst, r.size)?;
-        let p = wire::Enc::default().u64(r.dst).u64(r.src).u64(r.size).0;
-        s.worker.call(wire::OP_COPY, &[&p]).await.map_err(|e| s.map_err(e, "a device-to-device copy"))?;
+        let req = Call::Copy { device, dst: r.dst, src: r.src, len: r.size };
+        s.worker.call(req).await.map_err(|e| s.map_err(e, "a device-to-device copy"))?;
         Ok(Response::new(Empty {}))
     }
 
@@ -461,6 +491,9 @@ impl Offload for Handler {
         let r = req.into_inner();
         let s = self.0.session(r.session, peer)?;
         let device = self.0.device(r.device)?;
+        if r.args.len() > MAX_KERNEL_ARGS {
+            return Err(Status::invalid_argument(format!("{} kernel arguments are too many", r.args.len())));
+        }
         let (addr, name) = {
             let o = s.owned.lock().unwrap();
             match r.kernel.checked_sub(1).and_then(|i| o.kernels.get(i as usize)) {
@@ -470,18 +503,16 @@ impl Offload for Handler {
                 }
             }
         };
-        let mut p = wire::Enc::default()
-            .u32(device)
-            .u64(addr)
-            .u8(u8::from(r.with_dyn_ptr))
-            .u32(r.num_teams)
-            .u32(r.thread_limit)
-            .u32(r.args.len() as u32);
-        for a in &r.args {
-            p = p.u64(*a);
-        }
+        let req = Call::Launch {
+            device,
+            kernel: addr,
+            with_dyn_ptr: r.with_dyn_ptr,
+            num_teams: r.num_teams,
+            thread_limit: r.thread_limit,
+            args: &r.args,
+        };
         s.running.lock().unwrap().push(name.clone());
-        let r = s.worker.call(wire::OP_LAUNCH, &[&p.0]).await;
+        let r = s.worker.call(req).await;
         let r = r.map_err(|e| match e {
             CallError::Failed(m) => Status::internal(m),
             CallError::Died(how) => {

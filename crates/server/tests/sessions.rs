@@ -207,3 +207,48 @@ async fn a_silent_session_expires_with_its_lease() {
     }
     c.alloc(AllocRequest { session: id, device: 0, size: 64, kind: 0 }).await.expect("heartbeats renew the lease");
 }
+
+#[tokio::test]
+async fn max_sessions_is_exact_under_concurrent_opens() {
+    let s = Server::start(&["--max-sessions", "2"]);
+    let mut tries = Vec::new();
+    for _ in 0..10 {
+        let mut c = connect(&s, Some(TOKEN)).await;
+        tries.push(tokio::spawn(async move {
+            let (tx, rx) = mpsc::channel(4);
+            tx.send(SessionUp { heartbeat: 0 }).await.unwrap();
+            match c.session(ReceiverStream::new(rx)).await {
+                Ok(r) => {
+                    let mut down = r.into_inner();
+                    let first = down.message().await.unwrap().unwrap();
+                    Ok((first.session, tx, down, c))
+                }
+                Err(e) => Err(e),
+            }
+        }));
+    }
+    let mut open = Vec::new();
+    for t in tries {
+        match t.await.unwrap() {
+            Ok(s) => open.push(s),
+            Err(e) => assert_eq!(e.code(), Code::ResourceExhausted, "{e:?}"),
+        }
+    }
+    assert_eq!(open.len(), 2, "10 simultaneous opens against --max-sessions 2");
+    // Closing one gives its place back.
+    let (_, tx, mut down, _) = open.pop().unwrap();
+    drop(tx);
+    let _ = tokio::time::timeout(Duration::from_secs(10), down.message()).await;
+    let mut c = connect(&s, Some(TOKEN)).await;
+    let mut reopened = false;
+    for _ in 0..100 {
+        let (tx, rx) = mpsc::channel(1);
+        tx.send(SessionUp { heartbeat: 0 }).await.unwrap();
+        if c.session(ReceiverStream::new(rx)).await.is_ok() {
+            reopened = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert!(reopened, "a closed session's place is given back");
+}

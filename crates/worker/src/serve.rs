@@ -1,14 +1,13 @@
-//! The device worker: one process per session. It hosts the local plugin's devices and
-//! executes what the server relays; its heap is the session's device memory, so a kernel
-//! that dereferences a pointer nobody mapped faults here, not in the server.
+//! The worker process's side: serve requests from the parent until it closes the pipe.
 //!
-//! Requests arrive on stdin and responses leave on the original stdout; the worker's own
-//! fd 1 is pointed at stderr first, so kernels' `printf` cannot corrupt the framing.
-//! A launch runs on the thread that read it while another thread takes over reading, so a
-//! long kernel never holds up allocations or copies.
+//! Requests arrive on stdin and replies leave on the original stdout; the worker's own
+//! fd 1 is pointed at its stderr first, so kernels' `printf` cannot corrupt the framing
+//! (what reaches stderr is the parent's to forward). A launch runs on the thread that read
+//! it while another thread takes over reading, so a long kernel never holds up allocations
+//! or copies.
 
 use crate::wire::{self, Dec, Enc};
-use omp_plugin::{host_memory, AllocKind, Device, ImageId, KernelId, LaunchConfig, Plugin};
+use omp_plugin::{AllocKind, Device, ImageId, KernelId, LaunchConfig, Plugin};
 use std::ffi::CString;
 use std::fs::File;
 use std::io::{BufReader, BufWriter};
@@ -18,24 +17,24 @@ use std::sync::{Arc, Mutex};
 
 type Out = Arc<Mutex<BufWriter<File>>>;
 
-/// Runs the worker until the server closes the pipe. `devices` host devices are opened.
-pub fn main(devices: usize, parent: i32) -> i32 {
+/// Runs the worker until the parent closes the pipe: opens `devices` devices of `plugin`.
+/// `parent` is the parent's pid (the worker ends with it). Returns the exit status.
+pub fn main(plugin: &dyn Plugin, devices: usize, parent: i32) -> i32 {
     if let Err(e) = die_with_parent(parent) {
-        eprintln!("offload-server worker: {e}");
+        eprintln!("device worker: {e}");
         return 1;
     }
     let out = match private_stdout() {
         Ok(f) => Arc::new(Mutex::new(BufWriter::with_capacity(1 << 16, f))),
         Err(e) => {
-            eprintln!("offload-server worker: cannot set up its pipe: {e}");
+            eprintln!("device worker: cannot set up its pipe: {e}");
             return 1;
         }
     };
-    let plugin = omp_plugin_host::HostPlugin;
     let devs: Vec<Arc<dyn Device>> = match (0..devices).map(|i| plugin.open_device(i).map(Arc::from)).collect() {
         Ok(d) => d,
         Err(e) => {
-            eprintln!("offload-server worker: {e}");
+            eprintln!("device worker: {e}");
             return 1;
         }
     };
@@ -43,7 +42,7 @@ pub fn main(devices: usize, parent: i32) -> i32 {
     let input = match std::io::stdin().as_fd().try_clone_to_owned() {
         Ok(fd) => File::from(fd),
         Err(e) => {
-            eprintln!("offload-server worker: cannot read its pipe: {e}");
+            eprintln!("device worker: cannot read its pipe: {e}");
             return 1;
         }
     };
@@ -74,12 +73,12 @@ fn serve(shared: &Arc<Shared>) -> i32 {
         let mut input = shared.input.lock().unwrap_or_else(|p| p.into_inner());
         shared.waiting.fetch_sub(1, Ordering::AcqRel);
         let frame = loop {
-            let frame = match wire::read_frame(&mut *input) {
+            let frame = match wire::read_frame(&mut *input, wire::MAX_REQUEST_FRAME) {
                 Ok(Some(f)) => f,
-                // The server closed the pipe (or broke it): the session is over.
+                // The parent closed the pipe (or broke it): the session is over.
                 Ok(None) => std::process::exit(0),
                 Err(e) => {
-                    eprintln!("offload-server worker: {e}");
+                    eprintln!("device worker: {e}");
                     std::process::exit(1);
                 }
             };
@@ -95,6 +94,10 @@ fn serve(shared: &Arc<Shared>) -> i32 {
             std::thread::spawn(move || serve(&next));
         }
         let result = launch(&shared.devs, &frame.payload).map_err(|e| e.to_string());
+        // What the kernel printed goes out before its reply (C streams are buffered when
+        // they are pipes).
+        // SAFETY: fflush(NULL) flushes every open output stream; it takes no pointer of ours.
+        unsafe { libc::fflush(std::ptr::null_mut()) };
         reply(&shared.out, frame.id, result);
     }
 }
@@ -106,13 +109,17 @@ fn reply(out: &Out, id: u64, result: Result<Vec<u8>, String>) {
         Err(e) => wire::write_frame(&mut *w, id, wire::STATUS_ERR, &[e.as_bytes()]),
     };
     if r.is_err() {
-        // The server is gone: nothing left to serve.
+        // The parent is gone: nothing left to serve.
         std::process::exit(0);
     }
 }
 
 fn device(devs: &[Arc<dyn Device>], index: u32) -> Result<&Arc<dyn Device>, String> {
     devs.get(index as usize).ok_or_else(|| format!("no device {index}"))
+}
+
+fn len(v: u64) -> Result<usize, String> {
+    usize::try_from(v).map_err(|_| format!("length {v} does not fit this machine"))
 }
 
 fn handle(devs: &[Arc<dyn Device>], op: u8, payload: &[u8]) -> Result<Vec<u8>, Box<dyn std::error::Error>> {
@@ -125,46 +132,51 @@ fn handle(devs: &[Arc<dyn Device>], op: u8, payload: &[u8]) -> Result<Vec<u8>, B
         }
         wire::OP_SYMBOL => {
             let dev = device(devs, d.u32()?)?;
-            let image = ImageId(d.u64()? as usize);
+            let image = ImageId(len(d.u64()?)?);
             let kernel = d.u8()? != 0;
             let name = CString::new(d.rest())?;
             if kernel {
                 Enc::default().u64(dev.kernel(image, &name)?.0 as u64).u64(0).0
             } else {
-                let addr = dev.global(image, &name)?.addr;
-                Enc::default().u64(addr as u64).u64(symbol_size(addr) as u64).0
+                let global = dev.global(image, &name)?;
+                Enc::default().u64(global.addr as u64).u64(global.size as u64).0
             }
         }
         wire::OP_ALLOC => {
             let dev = device(devs, d.u32()?)?;
-            let size = usize::try_from(d.u64()?)?;
+            let size = len(d.u64()?)?;
             Enc::default().u64(dev.alloc(size, AllocKind::Device)? as u64).0
         }
         wire::OP_FREE => {
             let dev = device(devs, d.u32()?)?;
-            dev.free(d.u64()? as usize, AllocKind::Device)?;
+            dev.free(len(d.u64()?)?, AllocKind::Device)?;
             Vec::new()
         }
-        // The server checked these ranges against the session's allocations and globals.
+        // The parent checked these ranges against what it allocated; the device does the copy.
         wire::OP_WRITE => {
-            let addr = d.u64()? as usize;
+            let dev = device(devs, d.u32()?)?;
+            let addr = len(d.u64()?)?;
             let data = d.rest();
-            // SAFETY: the server checked the range against the session's allocations.
-            unsafe { host_memory::copy(addr, data.as_ptr() as usize, data.len()) };
+            // SAFETY: `data` is this request's payload: `data.len()` readable bytes.
+            unsafe { dev.submit(addr, data.as_ptr() as usize, data.len()) }?;
             Vec::new()
         }
         wire::OP_READ => {
-            let addr = d.u64()? as usize;
-            let len = usize::try_from(d.u64()?)?;
-            let mut buf = vec![0u8; len];
-            // SAFETY: the server checked the range against the session's allocations.
-            unsafe { host_memory::copy(buf.as_mut_ptr() as usize, addr, len) };
+            let dev = device(devs, d.u32()?)?;
+            let addr = len(d.u64()?)?;
+            let n = len(d.u64()?)?;
+            if n > wire::MAX_READ {
+                return Err(format!("a read of {n} bytes exceeds the limit of {}", wire::MAX_READ).into());
+            }
+            let mut buf = vec![0u8; n];
+            // SAFETY: `buf` is ours and holds `n` writable bytes.
+            unsafe { dev.retrieve(buf.as_mut_ptr() as usize, addr, n) }?;
             buf
         }
         wire::OP_COPY => {
-            let (dst, src, len) = (d.u64()? as usize, d.u64()? as usize, usize::try_from(d.u64()?)?);
-            // SAFETY: the server checked both ranges against the session's allocations.
-            unsafe { host_memory::copy(dst, src, len) };
+            let dev = device(devs, d.u32()?)?;
+            let (dst, src, n) = (len(d.u64()?)?, len(d.u64()?)?, len(d.u64()?)?);
+            dev.copy_within(dst, src, n)?;
             Vec::new()
         }
         _ => return Err(format!("unknown worker op {op}").into()),
@@ -174,10 +186,13 @@ fn handle(devs: &[Arc<dyn Device>], op: u8, payload: &[u8]) -> Result<Vec<u8>, B
 fn launch(devs: &[Arc<dyn Device>], payload: &[u8]) -> Result<Vec<u8>, Box<dyn std::error::Error>> {
     let mut d = Dec(payload);
     let dev = device(devs, d.u32()?)?;
-    let kernel = KernelId(d.u64()? as usize);
+    let kernel = KernelId(len(d.u64()?)?);
     let with_dyn_ptr = d.u8()? != 0;
     let (num_teams, thread_limit) = (d.u32()?, d.u32()?);
     let n = d.u32()? as usize;
+    if n > d.0.len() / 8 {
+        return Err(format!("{n} kernel arguments announced, {} bytes sent", d.0.len()).into());
+    }
     let args = (0..n).map(|_| d.u64().map(|v| v as usize)).collect::<Result<Vec<_>, _>>()?;
     let config = LaunchConfig {
         num_teams: [num_teams, 0, 0],
@@ -189,24 +204,7 @@ fn launch(devs: &[Arc<dyn Device>], payload: &[u8]) -> Result<Vec<u8>, Box<dyn s
     Ok(Vec::new())
 }
 
-/// The size of the dynamic symbol at `addr` (0 when the loader does not know it).
-fn symbol_size(addr: usize) -> usize {
-    const RTLD_DL_SYMENT: libc::c_int = 1;
-    // SAFETY: Dl_info is plain data; zeroed is a valid value for it.
-    let mut info: libc::Dl_info = unsafe { std::mem::zeroed() };
-    let mut sym: *mut libc::c_void = std::ptr::null_mut();
-    // SAFETY: dladdr1 only reads loader tables; `info` and `sym` are valid out-pointers.
-    let ok = unsafe { libc::dladdr1(addr as *const libc::c_void, &mut info, &mut sym, RTLD_DL_SYMENT) };
-    if ok == 0 || sym.is_null() {
-        return 0;
-    }
-    // SAFETY: with RTLD_DL_SYMENT, a non-null `sym` points at the symbol's Elf64_Sym in the
-    // loaded object's dynamic symbol table, which stays mapped (images are never unloaded).
-    let sym = unsafe { &*(sym as *const libc::Elf64_Sym) };
-    sym.st_size as usize
-}
-
-/// Ends the worker with its server (SIGKILL on the parent's death).
+/// Ends the worker with its parent (SIGKILL on the parent's death).
 fn die_with_parent(parent: i32) -> Result<(), String> {
     // SAFETY: prctl(PR_SET_PDEATHSIG) takes a signal number and changes only this process.
     if unsafe { libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) } != 0 {
@@ -214,19 +212,19 @@ fn die_with_parent(parent: i32) -> Result<(), String> {
     }
     // SAFETY: getppid has no preconditions.
     if unsafe { libc::getppid() } != parent {
-        return Err("the server exited before the worker started".into());
+        return Err("the parent exited before the worker started".into());
     }
     Ok(())
 }
 
-/// Moves the response pipe (fd 1) to a fresh descriptor and points fd 1 at stderr.
+/// Moves the reply pipe (fd 1) to a fresh descriptor and points fd 1 at stderr.
 fn private_stdout() -> std::io::Result<File> {
     // SAFETY: dup/dup2 on the process's own standard descriptors; results are checked.
     let fd = unsafe { libc::fcntl(1, libc::F_DUPFD_CLOEXEC, 3) };
     if fd < 0 {
         return Err(std::io::Error::last_os_error());
     }
-    // SAFETY: as above; fd 2 is open (inherited from the server).
+    // SAFETY: as above; fd 2 is open (inherited from the parent).
     if unsafe { libc::dup2(2, 1) } < 0 {
         return Err(std::io::Error::last_os_error());
     }

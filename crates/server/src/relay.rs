@@ -1,0 +1,124 @@
+//! The server's side of a session's worker: an `omp-worker` client, bridged to async calls.
+//! Fork/exec and every copy that may block (images, relayed or direct data transfers) run
+//! on tokio's blocking threads; small requests are written inline and answered through a
+//! oneshot channel.
+
+use omp_worker::{CallError, Request, Response, SpawnOptions, Worker};
+use std::path::Path;
+use std::sync::Arc;
+use tokio::sync::{oneshot, watch};
+
+/// Requests up to this size are written on the async thread (they fit the pipe's buffer,
+/// which the worker keeps draining). The service bounds symbol names and kernel arguments
+/// below it.
+pub const INLINE_REQUEST: usize = 60 << 10;
+
+/// A running worker and the news of its death.
+pub struct Relay {
+    worker: Arc<Worker>,
+    /// `Some(how it ended)` once the worker is gone.
+    pub death: watch::Receiver<Option<String>>,
+}
+
+impl Relay {
+    /// Starts `exe --worker` with `devices` devices and `lib_path` prepended to its library path.
+    pub async fn spawn(exe: &Path, devices: usize, lib_path: &str) -> std::io::Result<Relay> {
+        let mut cmd = std::process::Command::new(exe);
+        cmd.arg("--worker").arg(devices.to_string()).arg(std::process::id().to_string());
+        cmd.stderr(std::process::Stdio::inherit());
+        // No remote-to-remote offloading: the worker's own runtime must not reach out.
+        for var in [
+            "LIBOMPTARGET_RPC_ADDRESS",
+            "LIBOMPTARGET_RPC_TOKEN",
+            "LIBOMPTARGET_RPC_TOKEN_FILE",
+            "OFFLOAD_SERVER_TOKEN",
+        ] {
+            cmd.env_remove(var);
+        }
+        cmd.env(omp_remote_proto::WORKER_ENV, "1");
+        if !lib_path.is_empty() {
+            let old = std::env::var("LD_LIBRARY_PATH").unwrap_or_default();
+            cmd.env("LD_LIBRARY_PATH", if old.is_empty() { lib_path.to_string() } else { format!("{lib_path}:{old}") });
+        }
+        let (death_tx, death) = watch::channel(None);
+        let opts = SpawnOptions {
+            // The worker hosts the host plugin: device addresses are its own.
+            direct_copies: true,
+            on_exit: Some(Box::new(move |how: &str| {
+                let _ = death_tx.send(Some(how.to_string()));
+            })),
+        };
+        let worker = tokio::task::spawn_blocking(move || Worker::spawn(cmd, opts))
+            .await
+            .map_err(|e| std::io::Error::other(e.to_string()))??;
+        Ok(Relay { worker: Arc::new(worker), death })
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.worker.pid()
+    }
+
+    /// How the worker ended, if it has.
+    pub fn died(&self) -> Option<String> {
+        self.worker.died()
+    }
+
+    /// Sends a small request and waits for its reply.
+    pub async fn call(&self, req: Request<'_>) -> Result<Response, CallError> {
+        let (tx, rx) = oneshot::channel();
+        let done = Box::new(move |r| {
+            let _ = tx.send(r);
+        });
+        let size = match req {
+            Request::Load { image, .. } => image.len(),
+            Request::Write { data, .. } => data.len(),
+            Request::Kernel { name, .. } | Request::Global { name, .. } => name.len(),
+            Request::Launch { args, .. } => args.len() * 8,
+            _ => 0,
+        };
+        if size <= INLINE_REQUEST {
+            self.worker.send(&req, done);
+        } else {
+            // Only small requests come here today; a large one must not block this thread.
+            return Err(CallError::Failed(format!("internal error: a {size}-byte request on an async thread")));
+        }
+        rx.await.unwrap_or_else(|_| Err(CallError::Died("lost".into())))
+    }
+
+    /// Loads an image (written to the pipe on a blocking thread).
+    pub async fn load(&self, device: u32, image: Vec<u8>) -> Result<u64, CallError> {
+        let w = self.worker.clone();
+        match blocking(move || w.call(&Request::Load { device, image: &image })).await? {
+            Response::Image(i) => Ok(i),
+            r => Err(unexpected(r)),
+        }
+    }
+
+    /// Copies `data` to device address `addr` (on a blocking thread).
+    pub async fn write(&self, device: u32, addr: u64, data: bytes::Bytes) -> Result<(), CallError> {
+        let w = self.worker.clone();
+        blocking(move || w.write(device, addr, &data)).await
+    }
+
+    /// Reads `len` bytes at device address `addr` (on a blocking thread).
+    pub async fn read(&self, device: u32, addr: u64, len: usize) -> Result<Vec<u8>, CallError> {
+        let w = self.worker.clone();
+        blocking(move || w.read(device, addr, len)).await
+    }
+
+    /// Stops the worker (closing its pipe, then killing it).
+    pub fn stop(&self) {
+        self.worker.stop();
+    }
+}
+
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, CallError> + Send + 'static,
+) -> Result<T, CallError> {
+    tokio::task::spawn_blocking(f).await.unwrap_or_else(|e| Err(CallError::Failed(format!("internal error: {e}"))))
+}
+
+/// A reply of the wrong kind (the worker client checks shapes; this is a bug here).
+pub fn unexpected(r: Response) -> CallError {
+    CallError::Failed(format!("internal error: unexpected worker reply {r:?}"))
+}

@@ -1,0 +1,546 @@
+//! The parent's side of a worker: spawns it, sends typed requests, checks every reply
+//! against what its request expects, and turns the worker's death into an error for every
+//! pending call.
+//!
+//! One reader thread per worker reads the replies (frames capped at
+//! [`wire::MAX_REPLY_FRAME`]) and completes each call through the callback given to
+//! [`Worker::send`]; [`Worker::call`] waits for it. A reply that does not fit its request
+//! (unknown id, unknown status, wrong length) means the worker can no longer be trusted: it
+//! is killed and every call fails with [`CallError::Died`].
+
+use crate::{sys, wire};
+use std::collections::HashMap;
+use std::io::BufReader;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// Why a worker call failed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CallError {
+    /// The worker reported an error; it goes on serving.
+    Failed(String),
+    /// The worker is gone (how it ended), or was stopped because it misbehaved.
+    Died(String),
+}
+
+impl std::fmt::Display for CallError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CallError::Failed(m) => f.write_str(m),
+            CallError::Died(how) => write!(f, "the device worker {how}"),
+        }
+    }
+}
+
+/// One request to a worker.
+#[derive(Debug, Clone, Copy)]
+pub enum Request<'a> {
+    Load { device: u32, image: &'a [u8] },
+    Kernel { device: u32, image: u64, name: &'a str },
+    Global { device: u32, image: u64, name: &'a str },
+    Alloc { device: u32, size: u64 },
+    Free { device: u32, addr: u64 },
+    Write { device: u32, addr: u64, data: &'a [u8] },
+    Read { device: u32, addr: u64, len: u64 },
+    Copy { device: u32, dst: u64, src: u64, len: u64 },
+    Launch { device: u32, kernel: u64, with_dyn_ptr: bool, num_teams: u32, thread_limit: u32, args: &'a [u64] },
+}
+
+/// A successful reply, of the shape its request asked for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Response {
+    /// `Load`: the worker's image index.
+    Image(u64),
+    /// `Kernel`: the worker's kernel handle.
+    Kernel(u64),
+    /// `Global`: the device address and size (0 when unknown).
+    Global { addr: u64, size: u64 },
+    /// `Alloc`: the device address.
+    Addr(u64),
+    /// `Read`: exactly the bytes asked for.
+    Data(Vec<u8>),
+    /// `Free`, `Write`, `Copy`, `Launch`.
+    Done,
+}
+
+/// What a reply must look like.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Expect {
+    Image,
+    Kernel,
+    Global,
+    Addr,
+    Data(usize),
+    Done,
+}
+
+impl Request<'_> {
+    fn encode(&self) -> (u8, Vec<u8>, &[u8], Expect) {
+        use wire::Enc;
+        match *self {
+            Request::Load { device, image } => (wire::OP_LOAD, Enc::default().u32(device).0, image, Expect::Image),
+            Request::Kernel { device, image, name } => {
+                (wire::OP_SYMBOL, Enc::default().u32(device).u64(image).u8(1).0, name.as_bytes(), Expect::Kernel)
+            }
+            Request::Global { device, image, name } => {
+                (wire::OP_SYMBOL, Enc::default().u32(device).u64(image).u8(0).0, name.as_bytes(), Expect::Global)
+            }
+            Request::Alloc { device, size } => {
+                (wire::OP_ALLOC, Enc::default().u32(device).u64(size).0, &[], Expect::Addr)
+            }
+            Request::Free { device, addr } => {
+                (wire::OP_FREE, Enc::default().u32(device).u64(addr).0, &[], Expect::Done)
+            }
+            Request::Write { device, addr, data } => {
+                (wire::OP_WRITE, Enc::default().u32(device).u64(addr).0, data, Expect::Done)
+            }
+            Request::Read { device, addr, len } => {
+                (wire::OP_READ, Enc::default().u32(device).u64(addr).u64(len).0, &[], Expect::Data(len as usize))
+            }
+            Request::Copy { device, dst, src, len } => {
+                (wire::OP_COPY, Enc::default().u32(device).u64(dst).u64(src).u64(len).0, &[], Expect::Done)
+            }
+            Request::Launch { device, kernel, with_dyn_ptr, num_teams, thread_limit, args } => {
+                let mut e = Enc::default()
+                    .u32(device)
+                    .u64(kernel)
+                    .u8(u8::from(with_dyn_ptr))
+                    .u32(num_teams)
+                    .u32(thread_limit)
+                    .u32(args.len() as u32);
+                for a in args {
+                    e = e.u64(*a);
+                }
+                (wire::OP_LAUNCH, e.0, &[], Expect::Done)
+            }
+        }
+    }
+
+    /// Requests the client refuses to send.
+    fn check(&self) -> Result<(), String> {
+        match *self {
+            Request::Read { len, .. } if len > wire::MAX_READ as u64 => {
+                Err(format!("a relayed read of {len} bytes exceeds the limit of {}", wire::MAX_READ))
+            }
+            Request::Launch { args, .. } if u32::try_from(args.len()).is_err() => {
+                Err("too many kernel arguments".into())
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Longest error message kept from a worker.
+const MAX_MESSAGE: usize = 4096;
+
+/// Checks a reply's payload against what its request expects.
+fn decode(expect: Expect, tag: u8, payload: Vec<u8>) -> Result<Result<Response, CallError>, String> {
+    match tag {
+        wire::STATUS_OK => {}
+        wire::STATUS_ERR => {
+            let mut m = String::from_utf8_lossy(&payload[..payload.len().min(MAX_MESSAGE)]).into_owned();
+            if payload.len() > MAX_MESSAGE {
+                m.push_str("...");
+            }
+            return Ok(Err(CallError::Failed(m)));
+        }
+        t => return Err(format!("a reply with unknown status {t}")),
+    }
+    let bad = |what: &str| format!("a {what} reply of {} bytes", payload.len());
+    let mut d = wire::Dec(&payload);
+    let r = match expect {
+        Expect::Image | Expect::Kernel | Expect::Addr => {
+            let v = d.u64().map_err(|_| bad("short"))?;
+            match expect {
+                Expect::Image => Response::Image(v),
+                Expect::Kernel => {
+                    // The second word is a size, always 0 for kernels.
+                    d.u64().map_err(|_| bad("short kernel"))?;
+                    Response::Kernel(v)
+                }
+                _ => Response::Addr(v),
+            }
+        }
+        Expect::Global => {
+            let addr = d.u64().map_err(|_| bad("short symbol"))?;
+            let size = d.u64().map_err(|_| bad("short symbol"))?;
+            Response::Global { addr, size }
+        }
+        Expect::Data(n) => {
+            if payload.len() != n {
+                return Err(format!("{} bytes for a read of {n}", payload.len()));
+            }
+            return Ok(Ok(Response::Data(payload)));
+        }
+        Expect::Done => Response::Done,
+    };
+    d.end().map_err(|_| bad("long"))?;
+    Ok(Ok(r))
+}
+
+/// Completes one call.
+pub type Done = Box<dyn FnOnce(Result<Response, CallError>) + Send>;
+/// Told how the worker ended.
+pub type OnExit = Box<dyn FnOnce(&str) + Send>;
+
+struct Pending {
+    expect: Expect,
+    done: Done,
+}
+
+/// What the worker's reader thread and its callers share.
+struct Shared {
+    pending: Mutex<HashMap<u64, Pending>>,
+    /// `Some(how it ended)` once the worker is gone.
+    died: Mutex<Option<String>>,
+    /// Locked only to signal or reap (never across a blocking wait).
+    child: Mutex<Child>,
+    pid: i32,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Dispatches one reply frame; an error means the worker broke the protocol.
+fn dispatch(pending: &Mutex<HashMap<u64, Pending>>, f: wire::Frame) -> Result<(), String> {
+    let p = lock(pending).remove(&f.id).ok_or_else(|| format!("a reply to request {}, which is not pending", f.id))?;
+    match decode(p.expect, f.tag, f.payload) {
+        Ok(r) => {
+            (p.done)(r);
+            Ok(())
+        }
+        Err(why) => {
+            (p.done)(Err(CallError::Died(format!("sent a malformed reply ({why}) and was stopped"))));
+            Err(why)
+        }
+    }
+}
+
+/// How the worker is started.
+#[derive(Default)]
+pub struct SpawnOptions {
+    /// Copy data with `process_vm_writev`/`readv` instead of through the pipe when the
+    /// system allows it: only for devices whose addresses are the worker's own.
+    pub direct_copies: bool,
+    /// Called once, on the reader thread, with how the worker ended.
+    pub on_exit: Option<OnExit>,
+}
+
+/// A running worker.
+pub struct Worker {
+    pid: i32,
+    stdin: Mutex<Option<ChildStdin>>,
+    shared: Arc<Shared>,
+    next: AtomicU64,
+    direct: bool,
+}
+
+impl Worker {
+    /// Starts `cmd` (which must run [`crate::serve::main`]) with its stdin and stdout as the
+    /// request and reply pipes.
+    pub fn spawn(mut cmd: Command, opts: SpawnOptions) -> std::io::Result<Worker> {
+        cmd.stdin(Stdio::piped()).stdout(Stdio::piped());
+        let mut child = cmd.spawn()?;
+        let pid = child.id() as i32;
+        let stdin = child.stdin.take();
+        let stdout = child.stdout.take().ok_or_else(|| std::io::Error::other("no reply pipe"))?;
+        let shared =
+            Arc::new(Shared { pending: Mutex::default(), died: Mutex::new(None), child: Mutex::new(child), pid });
+        let s = shared.clone();
+        let on_exit = opts.on_exit;
+        let reader = std::thread::Builder::new().name(format!("worker-{pid}")).spawn(move || {
+            let mut r = BufReader::with_capacity(1 << 20, stdout);
+            let broke = loop {
+                match wire::read_frame(&mut r, wire::MAX_REPLY_FRAME) {
+                    Ok(Some(f)) => {
+                        if let Err(why) = dispatch(&s.pending, f) {
+                            break Some(format!("sent a malformed reply ({why}) and was stopped"));
+                        }
+                    }
+                    Ok(None) => break None,
+                    Err(e) => break Some(format!("sent a malformed reply ({e}) and was stopped")),
+                }
+            };
+            if broke.is_some() {
+                let _ = lock(&s.child).kill();
+            }
+            let ended = reap(&s);
+            let how = broke.unwrap_or(ended);
+            *lock(&s.died) = Some(how.clone());
+            let pending: Vec<Pending> = lock(&s.pending).drain().map(|(_, p)| p).collect();
+            for p in pending {
+                (p.done)(Err(CallError::Died(how.clone())));
+            }
+            if let Some(f) = on_exit {
+                f(&how);
+            }
+        });
+        if let Err(e) = reader {
+            let _ = lock(&shared.child).kill();
+            return Err(e);
+        }
+        Ok(Worker { pid, stdin: Mutex::new(stdin), shared, next: AtomicU64::new(1), direct: opts.direct_copies })
+    }
+
+    /// The worker's process id.
+    pub fn pid(&self) -> i32 {
+        self.pid
+    }
+
+    /// How the worker ended, if it has.
+    pub fn died(&self) -> Option<String> {
+        lock(&self.shared.died).clone()
+    }
+
+    /// Sends `req`; `done` is called once with the reply (on the reader thread, or on this
+    /// one when the request cannot be sent). Writes the whole request to the pipe before it
+    /// returns, so large requests belong on a thread that may block.
+    pub fn send(&self, req: &Request, done: Done) {
+        if let Err(e) = req.check() {
+            return done(Err(CallError::Failed(e)));
+        }
+        let (op, head, body, expect) = req.encode();
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        lock(&self.shared.pending).insert(id, Pending { expect, done });
+        if let Some(how) = self.died() {
+            // The reader has drained (or is draining) the pending calls; whoever removes the
+            // entry completes it.
+            if let Some(p) = lock(&self.shared.pending).remove(&id) {
+                (p.done)(Err(CallError::Died(how)));
+            }
+            return;
+        }
+        let sent = match lock(&self.stdin).as_mut() {
+            Some(w) => wire::write_frame(w, id, op, &[&head, body]),
+            None => Err(std::io::Error::other("stopped")),
+        };
+        if sent.is_err() {
+            // The worker is gone or going (a stopped worker is killed): the reader sees its
+            // pipe close and completes this call with how it ended.
+            let _ = lock(&self.shared.child).kill();
+        }
+    }
+
+    /// Sends `req` and waits for its reply.
+    pub fn call(&self, req: &Request) -> Result<Response, CallError> {
+        let (tx, rx) = std::sync::mpsc::sync_channel(1);
+        self.send(
+            req,
+            Box::new(move |r| {
+                let _ = tx.send(r);
+            }),
+        );
+        rx.recv().unwrap_or_else(|_| Err(CallError::Died("lost".into())))
+    }
+
+    /// Copies `data` to device address `addr`, directly when allowed and possible.
+    pub fn write(&self, device: u32, addr: u64, data: &[u8]) -> Result<(), CallError> {
+        if self.direct {
+            match sys::write_to(self.pid, addr, data) {
+                Ok(()) => return Ok(()),
+                Err(e) if !relay_instead(&e) => return Err(self.copy_error(e)),
+                Err(_) => {}
+            }
+        }
+        self.call(&Request::Write { device, addr, data }).map(|_| ())
+    }
+
+    /// Reads `len` bytes at device address `addr`, directly when allowed and possible.
+    pub fn read(&self, device: u32, addr: u64, len: usize) -> Result<Vec<u8>, CallError> {
+        if self.direct {
+            match sys::read_vec(self.pid, addr, len) {
+                Ok(buf) => return Ok(buf),
+                Err(e) if !relay_instead(&e) => return Err(self.copy_error(e)),
+                Err(_) => {}
+            }
+        }
+        match self.call(&Request::Read { device, addr, len: len as u64 })? {
+            Response::Data(d) => Ok(d),
+            r => Err(CallError::Failed(format!("unexpected reply {r:?}"))),
+        }
+    }
+
+    fn copy_error(&self, e: std::io::Error) -> CallError {
+        match e.raw_os_error() {
+            Some(libc::ESRCH) => CallError::Died(self.died().unwrap_or_else(|| "is gone".into())),
+            _ => CallError::Failed(format!("device memory copy failed: {e}")),
+        }
+    }
+
+    /// Stops the worker (closing its pipe, then killing it); the reader thread reaps it.
+    pub fn stop(&self) {
+        lock(&self.stdin).take();
+        let _ = lock(&self.shared.child).kill();
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Waits for the worker to end without holding the child's lock, then reaps it.
+fn reap(s: &Shared) -> String {
+    // Wait for the exit but leave the zombie, so the pid cannot be reused while `stop`
+    // may still signal it.
+    loop {
+        // SAFETY: siginfo_t is plain data, written by waitid.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: waitid on our own child's pid with a valid out-pointer; WNOWAIT reaps nothing.
+        let r = unsafe { libc::waitid(libc::P_PID, s.pid as libc::id_t, &mut info, libc::WEXITED | libc::WNOWAIT) };
+        if r == 0 || std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            break;
+        }
+    }
+    // The worker has exited: this wait returns at once.
+    match lock(&s.child).wait() {
+        Ok(status) => sys::describe_exit(status),
+        Err(e) => format!("was lost ({e})"),
+    }
+}
+
+/// Direct copies are refused by the system (seccomp, ptrace policy): relay through the pipe.
+fn relay_instead(e: &std::io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::EPERM | libc::ENOSYS | libc::EACCES))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+
+    fn frame(id: u64, tag: u8, payload: &[u8]) -> wire::Frame {
+        wire::Frame { id, tag, payload: payload.to_vec() }
+    }
+
+    /// A pending table with one call of `expect` as id 1; returns its reply channel.
+    type Table = Mutex<HashMap<u64, Pending>>;
+
+    fn one(expect: Expect) -> (Table, mpsc::Receiver<Result<Response, CallError>>) {
+        let (tx, rx) = mpsc::channel();
+        let m = Mutex::new(HashMap::new());
+        lock(&m).insert(
+            1,
+            Pending {
+                expect,
+                done: Box::new(move |r| {
+                    let _ = tx.send(r);
+                }),
+            },
+        );
+        (m, rx)
+    }
+
+    fn le(v: &[u64]) -> Vec<u8> {
+        v.iter().flat_map(|x| x.to_le_bytes()).collect()
+    }
+
+    #[test]
+    fn well_formed_replies_are_typed() {
+        let cases = [
+            (Expect::Image, le(&[3]), Response::Image(3)),
+            (Expect::Kernel, le(&[0x40, 0]), Response::Kernel(0x40)),
+            (Expect::Global, le(&[0x1000, 24]), Response::Global { addr: 0x1000, size: 24 }),
+            (Expect::Addr, le(&[0x2000]), Response::Addr(0x2000)),
+            (Expect::Data(3), vec![1, 2, 3], Response::Data(vec![1, 2, 3])),
+            (Expect::Done, vec![], Response::Done),
+        ];
+        for (expect, payload, want) in cases {
+            let (p, rx) = one(expect);
+            dispatch(&p, frame(1, wire::STATUS_OK, &payload)).unwrap();
+            assert_eq!(rx.recv().unwrap(), Ok(want));
+        }
+        let (p, rx) = one(Expect::Addr);
+        dispatch(&p, frame(1, wire::STATUS_ERR, b"out of memory")).unwrap();
+        assert_eq!(rx.recv().unwrap(), Err(CallError::Failed("out of memory".into())));
+    }
+
+    #[test]
+    fn malformed_replies_are_errors_never_values() {
+        let cases: [(Expect, u8, Vec<u8>); 9] = [
+            // A symbol reply cut short used to become address 0.
+            (Expect::Global, wire::STATUS_OK, le(&[0x1000])),
+            (Expect::Global, wire::STATUS_OK, vec![]),
+            (Expect::Global, wire::STATUS_OK, le(&[1, 2, 3])),
+            (Expect::Kernel, wire::STATUS_OK, le(&[1])),
+            (Expect::Addr, wire::STATUS_OK, vec![1, 2, 3]),
+            (Expect::Image, wire::STATUS_OK, le(&[1, 2])),
+            (Expect::Data(8), wire::STATUS_OK, vec![0; 7]),
+            (Expect::Done, wire::STATUS_OK, vec![0]),
+            (Expect::Done, 7, vec![]),
+        ];
+        for (expect, tag, payload) in cases {
+            let (p, rx) = one(expect);
+            let e = dispatch(&p, frame(1, tag, &payload)).unwrap_err();
+            match rx.recv().unwrap() {
+                Err(CallError::Died(m)) => assert!(m.contains("malformed"), "{m}"),
+                r => panic!("{expect:?} {tag} {payload:?}: {r:?} ({e})"),
+            }
+        }
+        // A reply nobody asked for.
+        let (p, rx) = one(Expect::Done);
+        assert!(dispatch(&p, frame(2, wire::STATUS_OK, &[])).unwrap_err().contains("not pending"));
+        assert!(rx.try_recv().is_err());
+        // The same reply twice: the second is unknown.
+        dispatch(&p, frame(1, wire::STATUS_OK, &[])).unwrap();
+        assert!(dispatch(&p, frame(1, wire::STATUS_OK, &[])).is_err());
+    }
+
+    #[test]
+    fn long_error_messages_are_cut() {
+        let (p, rx) = one(Expect::Done);
+        dispatch(&p, frame(1, wire::STATUS_ERR, &vec![b'x'; 1 << 20])).unwrap();
+        match rx.recv().unwrap() {
+            Err(CallError::Failed(m)) => assert_eq!(m.len(), MAX_MESSAGE + 3),
+            r => panic!("{r:?}"),
+        }
+    }
+
+    #[test]
+    fn oversized_reads_are_refused_before_sending() {
+        assert!(Request::Read { device: 0, addr: 0, len: wire::MAX_READ as u64 + 1 }.check().is_err());
+        assert!(Request::Read { device: 0, addr: 0, len: wire::MAX_READ as u64 }.check().is_ok());
+    }
+
+    /// A worker that answers with garbage (here: `sh` printing a 2 GiB frame header) is
+    /// stopped, and the call fails instead of allocating 2 GiB or hanging.
+    #[test]
+    fn a_worker_announcing_a_huge_frame_is_stopped() {
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c").arg("printf '\\377\\377\\377\\177'; sleep 30");
+        let (tx, rx) = mpsc::channel();
+        let w = Worker::spawn(
+            cmd,
+            SpawnOptions {
+                direct_copies: false,
+                on_exit: Some(Box::new(move |how| {
+                    let _ = tx.send(how.to_string());
+                })),
+            },
+        )
+        .unwrap();
+        let how = rx.recv().unwrap();
+        assert!(how.contains("malformed") && how.contains("bad frame length"), "{how}");
+        match w.call(&Request::Alloc { device: 0, size: 8 }) {
+            Err(CallError::Died(m)) => assert!(m.contains("malformed"), "{m}"),
+            r => panic!("{r:?}"),
+        }
+    }
+
+    /// A worker that exits: pending and later calls fail, naming how it ended.
+    #[test]
+    fn a_dead_worker_fails_every_call() {
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c").arg("exit 3");
+        let w = Worker::spawn(cmd, SpawnOptions::default()).unwrap();
+        for _ in 0..3 {
+            match w.call(&Request::Free { device: 0, addr: 8 }) {
+                Err(CallError::Died(m)) => assert!(m.contains("exited with status 3"), "{m}"),
+                r => panic!("{r:?}"),
+            }
+        }
+    }
+}
