@@ -12,6 +12,7 @@ type Mapper = unsafe extern "C" fn(*mut c_void, *mut c_void, *mut c_void, i64, i
 pub struct Libomp {
     target_offload: Option<GetInt>,
     default_device: Option<GetInt>,
+    offload_fallback: i32,
 }
 
 fn lookup(name: &CStr) -> Option<usize> {
@@ -21,12 +22,15 @@ fn lookup(name: &CStr) -> Option<usize> {
 }
 
 impl Libomp {
-    pub fn load() -> Self {
+    /// Finds libomp's functions; `offload_fallback` is `OMP_TARGET_OFFLOAD` as the runtime's
+    /// configuration read it, for a libomp that does not export its own reading.
+    pub fn load(offload_fallback: i32) -> Self {
         // SAFETY: both symbols, when libomp exports them, are `int f(void)`.
         let as_fn = |p: usize| unsafe { std::mem::transmute::<usize, GetInt>(p) };
         Self {
             target_offload: lookup(c"__kmpc_get_target_offload").map(as_fn),
             default_device: lookup(c"omp_get_default_device").map(as_fn),
+            offload_fallback,
         }
     }
 }
@@ -36,11 +40,7 @@ impl OpenMpHost for Libomp {
         match self.target_offload {
             // SAFETY: libomp's function takes no arguments and runs its own init if needed.
             Some(f) => unsafe { f() },
-            None => match std::env::var("OMP_TARGET_OFFLOAD").map(|v| v.trim().to_ascii_lowercase()) {
-                Ok(v) if v == "disabled" => 0,
-                Ok(v) if v == "mandatory" => 2,
-                _ => 1,
-            },
+            None => self.offload_fallback,
         }
     }
 

@@ -20,15 +20,18 @@ static RUNTIME: OnceLock<Runtime> = OnceLock::new();
 /// The runtime, created on first use from the environment.
 pub(crate) fn rt() -> &'static Runtime {
     let rt = RUNTIME.get_or_init(|| {
-        let config = Config::from_env(|k| std::env::var(k).ok());
+        let config = Config::from_process_env();
         #[allow(unused_mut)]
         let mut plugins: Vec<Box<dyn omp_plugin::Plugin>> = vec![Box::new(omp_plugin_host::HostPlugin)];
         // Each server in LIBOMPTARGET_RPC_ADDRESS: its devices come after the local ones.
         #[cfg(feature = "remote")]
         plugins.extend(
-            omp_plugin_remote::plugins_from_env().into_iter().map(|p| Box::new(p) as Box<dyn omp_plugin::Plugin>),
+            omp_plugin_remote::plugins(|k| config.var(k))
+                .into_iter()
+                .map(|p| Box::new(p) as Box<dyn omp_plugin::Plugin>),
         );
-        Runtime::new(config, Box::new(host::Libomp::load()), plugins)
+        let host = host::Libomp::load(config.target_offload.unwrap_or(1));
+        Runtime::new(config, Box::new(host), plugins)
     });
     // Connecting to an OMPT tool goes through libomp, which may call back into us (for
     // `omp_get_num_devices`): do it after the runtime exists, once.

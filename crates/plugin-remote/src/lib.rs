@@ -271,11 +271,13 @@ pub struct RemotePlugin {
 }
 
 /// One plugin per server in `LIBOMPTARGET_RPC_ADDRESS`, in order; none when it is unset.
-pub fn plugins_from_env() -> Vec<RemotePlugin> {
-    if std::env::var_os("LIBOMPTARGET_RPC_ADDRESS").is_none_or(|a| a.is_empty()) {
+///
+/// `get` reads a variable from the runtime's configuration, which read the environment once.
+pub fn plugins(get: impl Fn(&str) -> Option<String>) -> Vec<RemotePlugin> {
+    if get("LIBOMPTARGET_RPC_ADDRESS").is_none_or(|a| a.is_empty()) {
         return Vec::new();
     }
-    let cfg = match ClientConfig::from_env(|k| std::env::var(k).ok()) {
+    let cfg = match ClientConfig::from_env(get) {
         Ok(c) => Arc::new(c),
         Err(e) => {
             eprintln!("omptarget error: remote plugin: {e}");

@@ -29,6 +29,13 @@ pub struct Config {
     pub profile: Option<String>,
     /// `LIBOMPTARGET_PROFILE_SUMMARY`: print per-kernel and per-direction totals at exit.
     pub profile_summary: bool,
+    /// `OMP_TARGET_OFFLOAD` (0 disabled, 1 default, 2 mandatory), for a libomp that does not
+    /// export its own reading of it (`__kmpc_get_target_offload`).
+    pub target_offload: Option<i32>,
+    /// Every `LIBOMPTARGET_*`, `OMP_*` and `OFFLOAD_*` variable as the environment had it at
+    /// start-up: plugins read their settings from here (see [`Config::var`]), so the
+    /// environment is read once.
+    vars: std::collections::BTreeMap<String, String>,
 }
 
 impl Default for Config {
@@ -40,6 +47,8 @@ impl Default for Config {
             mm_threshold: 8192,
             profile: None,
             profile_summary: false,
+            target_offload: None,
+            vars: std::collections::BTreeMap::new(),
         }
     }
 }
@@ -68,6 +77,23 @@ fn parse_bool(s: &str) -> Option<bool> {
 }
 
 impl Config {
+    /// Reads the process environment, once: the runtime's settings, and a snapshot of the
+    /// variables plugins read.
+    pub fn from_process_env() -> Self {
+        let vars: std::collections::BTreeMap<String, String> = std::env::vars_os()
+            .filter_map(|(k, v)| Some((k.into_string().ok()?, v.into_string().ok()?)))
+            .filter(|(k, _)| ["LIBOMPTARGET_", "OMP_", "OFFLOAD_"].iter().any(|p| k.starts_with(p)))
+            .collect();
+        let mut c = Self::from_env(|k| vars.get(k).cloned());
+        c.vars = vars;
+        c
+    }
+
+    /// A variable as it was at start-up (for plugins' own settings).
+    pub fn var(&self, name: &str) -> Option<String> {
+        self.vars.get(name).cloned()
+    }
+
     /// Reads the configuration through `get` (the process environment in production).
     pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Self {
         let mut c = Config::default();
@@ -91,6 +117,11 @@ impl Config {
         c.profile = get("LIBOMPTARGET_PROFILE").filter(|p| !p.is_empty());
         c.profile_summary = get("LIBOMPTARGET_PROFILE_SUMMARY").and_then(|v| parse_bool(&v)).unwrap_or(false);
         c.attach_always = get("LIBOMPTARGET_TREAT_ATTACH_AUTO_AS_ALWAYS").and_then(|v| parse_bool(&v)).unwrap_or(false);
+        c.target_offload = get("OMP_TARGET_OFFLOAD").map(|v| match v.trim().to_ascii_lowercase().as_str() {
+            "disabled" => 0,
+            "mandatory" => 2,
+            _ => 1,
+        });
         c
     }
 
