@@ -1,0 +1,94 @@
+//! Issue 12 (hardening): nothing the runtime or an environment variable does may destroy
+//! data, hang, or hide a failure. Programs under `tests/programs/hardening` and
+//! `tests/programs/runtime`, built by clang 19 and 22 and run on our runtime (and, where the
+//! answer must match, on LLVM's).
+
+use omp_e2e::{compile, dist_lib, program, run_with, scratch, Llvm, ALL};
+use serde_json::Value;
+use std::path::PathBuf;
+use std::process::Output;
+
+fn build_in(llvm: Llvm, rel: &str, tag: &str, extra: &[&str]) -> PathBuf {
+    let dir = scratch(&format!("hardening-{}-{tag}", llvm.major()));
+    let exe = dir.join("prog");
+    compile(llvm, &[&program(rel)], &exe, extra);
+    exe
+}
+
+fn build(llvm: Llvm, src: &str) -> PathBuf {
+    build_in(llvm, &format!("hardening/{src}"), src, &[])
+}
+
+fn out(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+fn err(o: &Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+fn kernels_in(text: &str) -> usize {
+    let json: Value = serde_json::from_str(text).unwrap_or_else(|e| panic!("not JSON: {e}\n{text}"));
+    json["traceEvents"].as_array().unwrap().iter().filter(|e| e["cat"] == "kernel").count()
+}
+
+/// Item 1: `LIBOMPTARGET_PROFILE` writes into the path it names, whatever it is.
+#[test]
+fn profile_path_is_written_into_not_replaced() {
+    let exe = build_in(Llvm::V22, "runtime/data_regions.c", "profile-paths", &[]);
+    let dir = exe.parent().unwrap().to_path_buf();
+    let no_tmp = || {
+        let left: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_string_lossy().contains(".tmp"))
+            .collect();
+        assert!(left.is_empty(), "temporary files left: {left:?}");
+    };
+    // A symlink stays a symlink; its target receives the trace.
+    let target = dir.join("real.json");
+    let link = dir.join("link.json");
+    std::fs::write(&target, "old contents that are longer than nothing").unwrap();
+    std::os::unix::fs::symlink(&target, &link).unwrap();
+    let o = run_with(&exe, &dist_lib(), &[("LIBOMPTARGET_PROFILE", link.to_str().unwrap())]);
+    assert!(o.status.success(), "{}", err(&o));
+    assert!(std::fs::symlink_metadata(&link).unwrap().file_type().is_symlink(), "the symlink was replaced");
+    assert!(kernels_in(&std::fs::read_to_string(&target).unwrap()) >= 6);
+    no_tmp();
+    // A FIFO stays a FIFO; a reader gets the trace.
+    let fifo = dir.join("trace.fifo");
+    assert!(std::process::Command::new("mkfifo").arg(&fifo).status().unwrap().success());
+    let reader = {
+        let fifo = fifo.clone();
+        std::thread::spawn(move || std::fs::read_to_string(fifo).unwrap())
+    };
+    let o = run_with(&exe, &dist_lib(), &[("LIBOMPTARGET_PROFILE", fifo.to_str().unwrap())]);
+    assert!(o.status.success(), "{}", err(&o));
+    assert!(kernels_in(&reader.join().unwrap()) >= 6);
+    use std::os::unix::fs::FileTypeExt as _;
+    assert!(std::fs::symlink_metadata(&fifo).unwrap().file_type().is_fifo(), "the FIFO was replaced");
+    no_tmp();
+    // /dev/stderr: the trace follows the program's own stderr; stdout is untouched.
+    let plain = run_with(&exe, &dist_lib(), &[]);
+    let o = run_with(&exe, &dist_lib(), &[("LIBOMPTARGET_PROFILE", "/dev/stderr")]);
+    assert!(o.status.success(), "{}", err(&o));
+    assert_eq!(out(&o), out(&plain));
+    let e = err(&o);
+    let start = e.find("{\"displayTimeUnit\"").unwrap_or_else(|| panic!("no trace on stderr: {e}"));
+    assert!(kernels_in(&e[start..]) >= 6);
+    // /dev/stdout redirected to a file: the program's output is kept, the trace follows it.
+    let file = dir.join("stdout.txt");
+    let o = std::process::Command::new(&exe)
+        .env("LD_LIBRARY_PATH", dist_lib())
+        .env("LIBOMPTARGET_PROFILE", "/dev/stdout")
+        .stdout(std::fs::File::create(&file).unwrap())
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}", err(&o));
+    let text = std::fs::read_to_string(&file).unwrap();
+    let start = text.find("{\"displayTimeUnit\"").unwrap_or_else(|| panic!("no trace in stdout: {text}"));
+    let end = start + text[start..].find("\n]}\n").expect("the trace ends") + 4;
+    assert!(kernels_in(&text[start..end]) >= 6);
+    let rest = format!("{}{}", &text[..start], &text[end..]);
+    assert_eq!(rest, out(&plain), "the program's output was clobbered:\n{text}");
+}
