@@ -6,7 +6,7 @@ use crate::registry::RegisteredDesc;
 use crate::table::{MapEntry, MappingTable, INF};
 use crate::{info, Runtime};
 use omp_format::SourceLocation;
-use omp_plugin::{host_memory, AllocKind, Device, KernelId, PluginError};
+use omp_plugin::{host_memory, AllocKind, Device, ImageId, KernelId, PluginError};
 use std::collections::{HashMap, HashSet};
 use std::ffi::CString;
 use std::hash::{BuildHasherDefault, Hasher};
@@ -38,6 +38,8 @@ type AddrMap<V> = HashMap<usize, V, BuildHasherDefault<AddrHasher>>;
 struct Loaded {
     /// Serial numbers of descriptors whose image is loaded here.
     descs: HashSet<u64>,
+    /// The backend's image for each of those descriptors, unloaded at unregistration.
+    images: HashMap<u64, ImageId>,
 }
 
 pub struct DeviceCtx {
@@ -124,9 +126,29 @@ impl DeviceCtx {
         if !loaded.descs.remove(&desc.serial) {
             return;
         }
-        let mut kernels = self.kernels.write().unwrap();
-        for e in desc.entries.iter().filter(|e| e.is_kernel()) {
-            kernels.remove(&(e.addr as usize));
+        let image = loaded.images.remove(&desc.serial);
+        drop(loaded);
+        {
+            let mut kernels = self.kernels.write().unwrap();
+            for e in desc.entries.iter().filter(|e| e.is_kernel()) {
+                kernels.remove(&(e.addr as usize));
+            }
+        }
+        // The binary's globals leave the table with its image: another library may be
+        // loaded at the same host addresses later.
+        {
+            let mut table = self.lock_table();
+            for e in desc.entries.iter().filter(|e| e.size > 0 && e.addr != 0 && !e.is_requires()) {
+                let host = e.addr as usize;
+                if table.get(host).is_some_and(|m| !m.owns_memory && m.dyn_rc == INF) {
+                    table.remove(host);
+                }
+            }
+        }
+        if let Some(image) = image {
+            if let Err(e) = self.dev.unload_image(image) {
+                info::error(format_args!("device {}: {e}", self.id));
+            }
         }
     }
 }
@@ -154,7 +176,7 @@ impl Runtime {
                 bytes: image.bytes.len() as u64,
                 args: vec![("entries", desc.entries.len().to_string())],
             };
-            self.timed(span, || -> Result<(), String> {
+            let image_id = self.timed(span, || -> Result<ImageId, String> {
                 let image_id = dev.dev.load_image(image.bytes).map_err(|e| format!("Failed to load image: {e}"))?;
                 self.observe(|o| o.device_load(dev.id, image.bytes, image_id.0 as u64));
                 crate::debug!(
@@ -165,9 +187,10 @@ impl Runtime {
                     image.bytes.len(),
                     desc.entries.len()
                 );
-                self.bind_entries(dev, image_id, desc)
+                self.bind_entries(dev, image_id, desc).map(|_| image_id)
             })?;
             loaded.descs.insert(desc.serial);
+            loaded.images.insert(desc.serial, image_id);
         }
         dev.loaded_generation.store(generation, Ordering::Release);
         Ok(())
