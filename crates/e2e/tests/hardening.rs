@@ -109,3 +109,36 @@ fn dlopen_launch_dlclose_cycles_do_not_leak_descriptors() {
         assert!(out(&o).contains("5000 cycles ok x=1"), "{}", out(&o));
     }
 }
+
+/// Item 4: `omp_target_memset`/`_async` and `omp_target_memcpy` with a length far beyond
+/// the allocation: an error naming the call, no allocation sized by the user, no abort.
+#[test]
+fn huge_lengths_are_refused_not_fatal() {
+    for llvm in ALL {
+        let exe = build(llvm, "huge_lengths.c");
+        let o = run_with(&exe, &dist_lib(), &[]);
+        let (so, se) = (out(&o), err(&o));
+        assert!(o.status.success(), "clang {}: {so}\n{se}", llvm.major());
+        for line in [
+            "memset huge -> p",
+            "memcpy d1<-d0 huge rc=-1",
+            "memcpy d0<-d0 huge rc=-1",
+            "memcpy host<-d0 huge rc=-1",
+            "memcpy d0<-host huge rc=-1",
+            "memcpy offset past end rc=-1",
+            "memcpy d1<-d0 rc=0",
+            "contents kept: 1",
+            "survived",
+        ] {
+            assert!(so.contains(line), "clang {}: missing {line:?} in\n{so}\n{se}", llvm.major());
+        }
+        assert!(
+            se.contains("omp_target_memset: 4611686018427387904 bytes at 0x")
+                && se.contains("on device 0 run past the end of its allocation (64 bytes left)"),
+            "{se}"
+        );
+        assert!(se.contains("on the host device run past the end of its allocation (64 bytes left)"), "{se}");
+        assert!(se.contains("omp_target_memcpy: 16 bytes at 0x"), "{se}");
+        assert!(se.contains("(8 bytes left)"), "{se}");
+    }
+}

@@ -81,6 +81,8 @@ pub struct Runtime {
     /// Set once, after start-up (tools connect through libomp, which may call back into us).
     observers: OnceLock<Vec<Box<dyn trace::Observer>>>,
     profiler: Option<profile::Profiler>,
+    /// Blocks handed out by `omp_target_alloc` and friends.
+    pub(crate) api_allocs: api::Allocations,
 }
 
 /// Where a construct should run.
@@ -104,6 +106,7 @@ impl Runtime {
             policy: OnceLock::new(),
             observers: OnceLock::new(),
             profiler: profile::Profiler::new(config.profile.clone(), config.profile_summary),
+            api_allocs: api::Allocations::default(),
             config,
         }
     }
