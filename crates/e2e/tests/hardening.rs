@@ -142,3 +142,26 @@ fn huge_lengths_are_refused_not_fatal() {
         assert!(se.contains("(8 bytes left)"), "{se}");
     }
 }
+
+/// Item 5: `omp_target_free` twice, of a stack address, or on the wrong device: a bad-free
+/// message, no `free(): double free` abort.
+#[test]
+fn bad_frees_are_reported_not_fatal() {
+    for llvm in ALL {
+        let exe = build(llvm, "bad_free.c");
+        let o = run_with(&exe, &dist_lib(), &[]);
+        let (so, se) = (out(&o), err(&o));
+        assert!(o.status.success(), "clang {}: {so}\n{se}", llvm.major());
+        assert!(so.contains("host device: survived\ndevice 0: survived\ndone"), "{so}\n{se}");
+        let bad = |on: &str| {
+            se.lines()
+                .filter(|l| {
+                    l.contains("omp_target_free: bad free of 0x") && l.contains(&format!("not allocated on {on} "))
+                })
+                .count()
+        };
+        assert_eq!(bad("the host device"), 2, "{se}");
+        assert_eq!(bad("device 1"), 1, "{se}");
+        assert_eq!(bad("device 0"), 2, "{se}");
+    }
+}

@@ -30,6 +30,10 @@ impl Allocations {
     fn insert(&self, dev: i32, ptr: usize, size: usize) {
         self.lock().insert((dev, ptr), size);
     }
+    /// Forgets a block; false when `ptr` does not start one (never allocated, freed already).
+    fn remove(&self, dev: i32, ptr: usize) -> bool {
+        self.lock().remove(&(dev, ptr)).is_some()
+    }
     /// Bytes from `ptr` to the end of the allocation that contains it, if one does.
     fn room(&self, dev: i32, ptr: usize) -> Option<usize> {
         let all = self.lock();
@@ -124,10 +128,20 @@ impl Runtime {
         if ptr == 0 {
             return;
         }
-        match self.api_device(device, call) {
-            None => {}
-            Some(ApiDevice::Host) => host_memory::free(ptr),
-            Some(ApiDevice::Offload(d)) => {
+        let Some(dev) = self.api_device(device, call) else { return };
+        if !self.api_allocs.remove(dev.key(), ptr) {
+            let on = match &dev {
+                ApiDevice::Host => "the host device".to_string(),
+                ApiDevice::Offload(d) => format!("device {}", d.id),
+            };
+            info::error(format_args!(
+                "{call}: bad free of 0x{ptr:016x}: not allocated on {on} by omp_target_alloc, or already freed"
+            ));
+            return;
+        }
+        match dev {
+            ApiDevice::Host => host_memory::free(ptr),
+            ApiDevice::Offload(d) => {
                 if let Err(e) = d.dev.free(ptr, kind) {
                     info::error(format_args!("{call}: Failed to deallocate device ptr 0x{ptr:016x}: {e}"));
                 }
