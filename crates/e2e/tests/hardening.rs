@@ -165,3 +165,28 @@ fn bad_frees_are_reported_not_fatal() {
         assert_eq!(bad("device 0"), 2, "{se}");
     }
 }
+
+/// Items 6 and 26: under `OMP_TARGET_OFFLOAD=DISABLED` clang 22 programs see no device and
+/// the initial device 0 (LLVM 22, the specification); clang 19 programs keep LLVM 19's
+/// answer. Both as LLVM's runtime of the same version answers.
+#[test]
+fn offload_disabled_hides_devices_from_clang22_programs() {
+    for llvm in ALL {
+        let exe = build(llvm, "disabled.c");
+        let env = [("OMP_TARGET_OFFLOAD", "DISABLED")];
+        let ours = run_with(&exe, &dist_lib(), &env);
+        let theirs = run_with(&exe, &llvm.llvm_lib(), &env);
+        assert!(ours.status.success() && theirs.status.success(), "{}\n{}", err(&ours), err(&theirs));
+        assert_eq!(out(&ours), out(&theirs), "clang {}", llvm.major());
+        let expect = if llvm == Llvm::V22 {
+            "num_devices=0 initial_device=0 on_host=1"
+        } else {
+            "num_devices=4 initial_device=4 on_host=1"
+        };
+        assert!(out(&ours).contains(expect), "clang {}: {}", llvm.major(), out(&ours));
+        assert!(out(&ours).contains("default_device=0 on_host=1"), "{}", out(&ours));
+        // Without the variable, the devices are there.
+        let o = run_with(&exe, &dist_lib(), &[]);
+        assert!(out(&o).contains("num_devices=4 initial_device=4 on_host=0"), "{}", out(&o));
+    }
+}

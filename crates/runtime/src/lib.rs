@@ -211,10 +211,24 @@ impl Runtime {
         r
     }
 
-    /// `omp_get_num_devices()`.
+    /// `omp_get_num_devices()`. Under `OMP_TARGET_OFFLOAD=DISABLED` no device is available
+    /// (the specification, LLVM 22); clang 19 programs keep LLVM 19's answer, the devices
+    /// found.
     #[inline]
     pub fn num_devices(&self) -> i32 {
-        self.num_devices.load(Ordering::Acquire) as i32
+        let n = self.num_devices.load(Ordering::Acquire) as i32;
+        if n > 0 && self.disabled_by_user() && !self.clang19_programs_only() {
+            return 0;
+        }
+        n
+    }
+
+    /// `OMP_TARGET_OFFLOAD=DISABLED` (without fixing the policy, which waits for devices).
+    fn disabled_by_user(&self) -> bool {
+        match self.policy.get() {
+            Some(p) => *p == Policy::Disabled,
+            None => self.host.target_offload() == 0,
+        }
     }
 
     /// `omp_get_initial_device()`: one past the last offload device.
@@ -244,7 +258,7 @@ impl Runtime {
         *self.policy.get_or_init(|| match self.host.target_offload() {
             0 => Policy::Disabled,
             2 => Policy::Mandatory,
-            _ if self.num_devices() > 0 => Policy::Mandatory,
+            _ if self.num_devices.load(Ordering::Acquire) > 0 => Policy::Mandatory,
             _ => Policy::Disabled,
         })
     }
