@@ -190,3 +190,29 @@ fn offload_disabled_hides_devices_from_clang22_programs() {
         assert!(out(&o).contains("num_devices=4 initial_device=4 on_host=0"), "{}", out(&o));
     }
 }
+
+/// Runs a program expected to stop at a mandatory-offload failure: abort(), not a crash,
+/// not a silent success; returns its stderr.
+fn fails_at_construct(llvm: Llvm, src: &str, args: &[&str]) -> String {
+    let exe = build(llvm, src);
+    let o = std::process::Command::new(&exe).args(args).env("LD_LIBRARY_PATH", dist_lib()).output().unwrap();
+    let e = err(&o);
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(o.status.signal(), Some(6), "clang {}: {src} must abort: {}\n{e}", llvm.major(), out(&o));
+    assert!(!out(&o).contains("not reached"), "{}", out(&o));
+    e
+}
+
+/// Item 7: `map(tofrom: a[0:n])` with `n < 0` is an error at the construct, fatal under
+/// mandatory offloading (LLVM fails its allocation; we say why).
+#[test]
+fn a_negative_section_length_is_an_error_at_the_construct() {
+    for llvm in ALL {
+        let e = fails_at_construct(llvm, "negative_length.c", &[]);
+        assert!(
+            e.contains("'a[0:n]' (negative_length.c:7:7) has a negative length (-16 bytes): cannot map it on device 0"),
+            "{e}"
+        );
+        assert!(e.contains("negative_length.c:9:1: omptarget fatal error 1"), "{e}");
+    }
+}

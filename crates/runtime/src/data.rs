@@ -371,7 +371,16 @@ impl Runtime {
             }
             let begin = args.begins[i];
             let mut base = args.bases[i];
-            let size = args.sizes[i].max(0) as usize;
+            if args.sizes[i] < 0 {
+                info::error(format_args!(
+                    "{} has a negative length ({} bytes): cannot map it on device {}",
+                    described(args.name(i)),
+                    args.sizes[i],
+                    dev.id
+                ));
+                return Err(Failed);
+            }
+            let size = args.sizes[i] as usize;
             let name = args.name(i);
             let mut padding = 0;
             if member_of(ty).is_none() && i + 1 < n && member_of(args.types[i + 1]) == Some(i) {
@@ -792,6 +801,15 @@ impl Runtime {
             ));
         }
         info::emit(&s);
+    }
+}
+
+/// `'name' (file:line:col)` for a map-name string, for error messages.
+fn described(name: usize) -> String {
+    match host_memory::c_str(name).map(omp_format::SourceLocation::from_map_name) {
+        Some(l) if l.is_known() => format!("'{}' ({l})", l.name),
+        Some(l) => format!("'{}'", l.name),
+        None => "a mapped variable (compile with -g for its name)".into(),
     }
 }
 
