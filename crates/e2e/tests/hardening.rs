@@ -216,3 +216,19 @@ fn a_negative_section_length_is_an_error_at_the_construct() {
         assert!(e.contains("negative_length.c:9:1: omptarget fatal error 1"), "{e}");
     }
 }
+
+/// Item 10: `map(to: p[0:4])` with `p == NULL` is an error naming the variable, not a
+/// segmentation fault in the copy (LLVM crashes).
+#[test]
+fn a_null_base_with_a_section_is_an_error_naming_the_variable() {
+    for llvm in ALL {
+        let e = fails_at_construct(llvm, "null_section.c", &[]);
+        assert!(
+            e.contains(
+                "'p[0:4]' (null_section.c:7:8) maps 16 bytes at host address 0x0000000000000000: its base pointer is NULL"
+            ),
+            "{e}"
+        );
+        assert!(e.contains("null_section.c:8:1: omptarget fatal error 1"), "{e}");
+    }
+}

@@ -410,6 +410,13 @@ impl Runtime {
                 base = host_memory::read_ptr(args.bases[i]);
                 update_ref = !from_mapper || i != 0;
             }
+            if size != 0 && begin < NULL_PAGE {
+                info::error(format_args!(
+                    "{} maps {size} bytes at host address 0x{begin:016x}: its base pointer is NULL",
+                    described(name)
+                ));
+                return Err(Failed);
+            }
             let req = Request { begin, base, padding, size, name, ty, update_ref, copy_to: has(ty, mt::TO) };
             let obj = self.get_target_pointer(dev, &mut table, &req, st)?;
             if !obj.present() && (size != 0 || has(ty, mt::PRESENT)) {
@@ -803,6 +810,10 @@ impl Runtime {
         info::emit(&s);
     }
 }
+
+/// No program memory lives in the first page (Linux's `mmap_min_addr` is at least this):
+/// a section that begins there has a NULL base.
+const NULL_PAGE: usize = 4096;
 
 /// `'name' (file:line:col)` for a map-name string, for error messages.
 fn described(name: usize) -> String {
