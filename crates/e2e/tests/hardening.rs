@@ -232,3 +232,44 @@ fn a_null_base_with_a_section_is_an_error_naming_the_variable() {
         assert!(e.contains("null_section.c:8:1: omptarget fatal error 1"), "{e}");
     }
 }
+
+/// Item 23 (LLVM 22's offloading/requires.c): a hand-built table of two 56-byte `requires`
+/// entries (version 0) is read; an inconsistent `reverse_offload` is fatal error 2 as in
+/// LLVM; an unreadable table is reported, and fatal under MANDATORY.
+#[test]
+fn requires_entries_are_read_and_checked_for_consistency() {
+    let llvm = Llvm::V22;
+    let good = build_in(llvm, "hardening/requires_reg.c", "requires-good", &["-DREQ=1"]);
+    let o = run_with(&good, &dist_lib(), &[]);
+    assert!(o.status.success(), "{}", err(&o));
+    assert_eq!(out(&o), "registered\non_host=0\n");
+    assert!(!err(&o).contains("malformed"), "{}", err(&o));
+    let bad = build_in(llvm, "hardening/requires_reg.c", "requires-bad", &["-DREQ=2"]);
+    for env in [&[][..], &[("OMP_TARGET_OFFLOAD", "MANDATORY")][..]] {
+        for lib in [dist_lib(), llvm.llvm_lib()] {
+            let o = run_with(&bad, &lib, env);
+            use std::os::unix::process::ExitStatusExt;
+            assert_eq!(o.status.signal(), Some(6), "{lib:?}: {}", err(&o));
+            assert!(
+                err(&o)
+                    .contains("omptarget fatal error 2: '#pragma omp requires reverse_offload' not used consistently!"),
+                "{lib:?}: {}",
+                err(&o)
+            );
+            assert!(!out(&o).contains("registered"));
+        }
+    }
+    let ragged = build_in(llvm, "hardening/requires_reg.c", "requires-ragged", &["-DBAD_TABLE"]);
+    let o = run_with(&ragged, &dist_lib(), &[]);
+    assert!(o.status.success(), "{}", err(&o));
+    assert!(err(&o).contains("ignoring a malformed binary descriptor: offload entry table: 76 bytes"), "{}", err(&o));
+    let o = run_with(&ragged, &dist_lib(), &[("OMP_TARGET_OFFLOAD", "MANDATORY")]);
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(o.status.signal(), Some(6), "{}", err(&o));
+    assert!(
+        err(&o).contains("omptarget fatal error 1: a binary could not be registered while offloading is mandatory"),
+        "{}",
+        err(&o)
+    );
+    assert!(!out(&o).contains("on_host"), "{}", out(&o));
+}

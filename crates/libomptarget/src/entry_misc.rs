@@ -10,9 +10,7 @@ pub unsafe extern "C" fn __tgt_register_lib(desc: *const BinDesc) {
         // SAFETY: called by the registration constructor with its descriptor.
         match unsafe { abi::descriptor(desc) } {
             Ok(d) => rt().register_lib(d),
-            Err(e) => omp_runtime::info::error(format_args!(
-                "__tgt_register_lib: ignoring a malformed binary descriptor: {e}"
-            )),
+            Err(e) => rt().register_failed(&e),
         }
     })
 }

@@ -124,6 +124,8 @@ impl Runtime {
                                 "omptarget fatal error 2: '#pragma omp requires {}' not used consistently!\n",
                                 requires_clause(bit)
                             ));
+                            drop(reg);
+                            self.finish();
                             std::process::abort();
                         }
                     }
@@ -166,6 +168,18 @@ impl Runtime {
         self.legacy_only.store(reg.legacy_layout.iter().all(|&l| l), Ordering::Relaxed);
         drop(reg);
         self.generation.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// `__tgt_register_lib` with a descriptor that cannot be read: reported, and fatal under
+    /// `OMP_TARGET_OFFLOAD=MANDATORY`, where running the binary's regions on the host would
+    /// hide the failure.
+    pub fn register_failed(&self, why: &str) {
+        info::error(format_args!("__tgt_register_lib: ignoring a malformed binary descriptor: {why}"));
+        if self.host().target_offload() == 2 {
+            info::emit("omptarget fatal error 1: a binary could not be registered while offloading is mandatory\n");
+            self.finish();
+            std::process::abort();
+        }
     }
 
     /// `__tgt_unregister_lib`: forgets the binary's kernels. At the last unregistration the
