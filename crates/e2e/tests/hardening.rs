@@ -273,3 +273,24 @@ fn requires_entries_are_read_and_checked_for_consistency() {
     );
     assert!(!out(&o).contains("on_host"), "{}", out(&o));
 }
+
+/// Item 24 (LLVM 22's ctor_dtor_api.cpp, ctor_dtor_lazy.cpp): `omp_get_mapped_ptr` and
+/// `omp_target_is_present` on declare-target globals before any kernel ran load the image
+/// first (its constructors run) for clang 22 programs; clang 19 programs keep LLVM 19's
+/// answer. Both as LLVM's runtime of the same version answers.
+#[test]
+fn api_calls_on_declare_target_globals_load_the_image_first() {
+    for llvm in ALL {
+        let exe = build(llvm, "mapped_global.cpp");
+        let ours = run_with(&exe, &dist_lib(), &[]);
+        let theirs = run_with(&exe, &llvm.llvm_lib(), &[]);
+        assert!(ours.status.success() && theirs.status.success(), "{}\n{}", err(&ours), err(&theirs));
+        assert_eq!(out(&ours), out(&theirs), "clang {}", llvm.major());
+        let expect = if llvm == Llvm::V22 {
+            "present=1\nmapped: s device copy, g device copy\ndevice s.v=42 g=7\nkernel k=49\n"
+        } else {
+            "present=0\nmapped: s none, g none\ndevice s.v=-1 g=-1\nkernel k=49\n"
+        };
+        assert_eq!(out(&ours), expect, "clang {}", llvm.major());
+    }
+}

@@ -87,6 +87,17 @@ impl Runtime {
         }
     }
 
+    /// Loads the device's images before an API call that may name declare-target data, as a
+    /// launch does (LLVM 22; LLVM 19 does not, and clang 19 programs keep its answers).
+    fn load_for_api(&self, d: &DeviceCtx, call: &str) {
+        if self.clang19_programs_only() {
+            return;
+        }
+        if let Err(e) = self.ensure_loaded(d) {
+            info::error(format_args!("{call}: Failed to init globals on device {}: {e}", d.id));
+        }
+    }
+
     /// Resolves an API device number, printing an error for a bad one.
     pub fn api_device(&self, id: i32, call: &str) -> Option<ApiDevice> {
         if id == self.initial_device() {
@@ -157,7 +168,10 @@ impl Runtime {
         match self.api_device(device, "omp_target_is_present") {
             None => 0,
             Some(ApiDevice::Host) => 1,
-            Some(ApiDevice::Offload(d)) => i32::from(matches!(d.lock_table().lookup(ptr, 1), Lookup::Contained(_))),
+            Some(ApiDevice::Offload(d)) => {
+                self.load_for_api(&d, "omp_target_is_present");
+                i32::from(matches!(d.lock_table().lookup(ptr, 1), Lookup::Contained(_)))
+            }
         }
     }
 
@@ -171,6 +185,7 @@ impl Runtime {
             None => 0,
             Some(ApiDevice::Host) => ptr,
             Some(ApiDevice::Offload(d)) => {
+                self.load_for_api(&d, "omp_get_mapped_ptr");
                 let t = d.lock_table();
                 match t.lookup(ptr, 1) {
                     Lookup::Contained(k) => t.get(k).expect("key").translate(ptr),
