@@ -294,3 +294,19 @@ fn api_calls_on_declare_target_globals_load_the_image_first() {
         assert_eq!(out(&ours), expect, "clang {}", llvm.major());
     }
 }
+
+/// Item 25 (LLVM 22's mapping/is_accessible.cpp): `omp_target_is_accessible(host_ptr)` on
+/// the host offload device is false for clang 22 programs, with or without `requires
+/// unified_shared_memory`, as LLVM 22's runtime answers; true on the initial device.
+#[test]
+fn is_accessible_answers_as_llvm22() {
+    let llvm = Llvm::V22;
+    for (tag, extra) in [("accessible", &[][..]), ("accessible-usm", &["-DUSM"][..])] {
+        let exe = build_in(llvm, "hardening/accessible.c", tag, extra);
+        let ours = run_with(&exe, &dist_lib(), &[]);
+        let theirs = run_with(&exe, &llvm.llvm_lib(), &[]);
+        assert!(ours.status.success() && theirs.status.success(), "{}\n{}", err(&ours), err(&theirs));
+        assert_eq!(out(&ours), out(&theirs), "{tag}");
+        assert!(out(&ours).contains("device 0: 0\ninitial device: 1\n"), "{tag}: {}", out(&ours));
+    }
+}

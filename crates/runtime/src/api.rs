@@ -195,8 +195,11 @@ impl Runtime {
         }
     }
 
-    /// `omp_target_is_accessible`: host memory is accessible from host devices only where
-    /// the address spaces are shared.
+    /// `omp_target_is_accessible`: host memory is accessible from the initial device; never
+    /// from an isolated device; from a device that shares the address space only for clang 19
+    /// programs. LLVM 22 asks its plugin, and its host plugin answers false (with or without
+    /// `requires unified_shared_memory`): clang 22 programs, and LLVM 22's own test
+    /// `mapping/is_accessible.cpp`, take that answer's path (docs/ARCHITECTURE.md).
     pub fn is_accessible(&self, ptr: usize, size: usize, device: i32) -> i32 {
         if ptr == 0 || size == 0 {
             return 0;
@@ -204,7 +207,7 @@ impl Runtime {
         match self.api_device(device, "omp_target_is_accessible") {
             None => 0,
             Some(ApiDevice::Host) => 1,
-            Some(ApiDevice::Offload(d)) => i32::from(d.dev.shares_host_address_space()),
+            Some(ApiDevice::Offload(d)) => i32::from(d.dev.shares_host_address_space() && self.clang19_programs_only()),
         }
     }
 
