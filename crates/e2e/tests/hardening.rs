@@ -310,3 +310,20 @@ fn is_accessible_answers_as_llvm22() {
         assert!(out(&ours).contains("device 0: 0\ninitial device: 1\n"), "{tag}: {}", out(&ours));
     }
 }
+
+/// Item 9: `omp_target_disassociate_ptr(p, 99)` says the device number is bad, once, and
+/// not also that no association is possible on the host.
+#[test]
+fn a_bad_device_number_gets_one_message() {
+    for llvm in ALL {
+        let exe = build(llvm, "messages.c");
+        let o = run_with(&exe, &dist_lib(), &[]);
+        let (so, se) = (out(&o), err(&o));
+        assert!(o.status.success(), "{se}");
+        assert!(so.contains("disassociate on device 99 rc=-1\nassociate on device 99 rc=-1"), "{so}");
+        assert_eq!(se.lines().count(), 2, "{se}");
+        assert!(se.contains("omp_target_disassociate_ptr: device number 99 is not valid"), "{se}");
+        assert!(se.contains("omp_target_associate_ptr: device number 99 is not valid"), "{se}");
+        assert!(!se.contains("on the host"), "{se}");
+    }
+}

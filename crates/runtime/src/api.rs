@@ -420,7 +420,8 @@ impl Runtime {
     /// `omp_target_disassociate_ptr`.
     pub fn disassociate_ptr(&self, host: usize, device: i32) -> i32 {
         let d = match self.api_device(device, "omp_target_disassociate_ptr") {
-            None | Some(ApiDevice::Host) => {
+            None => return FAIL,
+            Some(ApiDevice::Host) => {
                 info::error(format_args!("omp_target_disassociate_ptr: no association possible on the host"));
                 return FAIL;
             }
