@@ -327,3 +327,24 @@ fn a_bad_device_number_gets_one_message() {
         assert!(!se.contains("on the host"), "{se}");
     }
 }
+
+/// Item 8: `main` returns while `target nowait` tasks are pending. Tasks that run after the
+/// program's binary was unregistered are skipped with a plain message (LLVM segfaults or
+/// reports a missing target pointer); images are not unloaded under running kernels.
+#[test]
+fn returning_from_main_with_nowait_tasks_in_flight_is_plain() {
+    for llvm in ALL {
+        let exe = build(llvm, "nowait_exit.c");
+        for _ in 0..3 {
+            let o = run_with(&exe, &dist_lib(), &[]);
+            let e = err(&o);
+            assert!(o.status.success(), "clang {}: {}\n{e}", llvm.major(), o.status);
+            assert_eq!(out(&o), "main returns\n");
+            assert!(!e.contains("does not have a matching target pointer"), "{e}");
+            if !e.is_empty() {
+                assert!(e.contains("target region at nowait_exit.c:15:1 skipped: its binary was unregistered (the program is exiting or its library was closed)"), "{e}");
+                assert!(e.lines().all(|l| l.contains("skipped: its binary was unregistered")), "{e}");
+            }
+        }
+    }
+}

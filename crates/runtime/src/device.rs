@@ -121,10 +121,12 @@ impl DeviceCtx {
         info::emit(&self.table_text(loc));
     }
 
-    pub(crate) fn forget_desc(&self, desc: &RegisteredDesc) {
+    /// Forgets an unregistered binary's kernels and globals; returns its image, for the
+    /// caller to unload once no launch runs.
+    pub(crate) fn forget_desc(&self, desc: &RegisteredDesc) -> Option<ImageId> {
         let mut loaded = self.loaded.lock().unwrap();
         if !loaded.descs.remove(&desc.serial) {
-            return;
+            return None;
         }
         let image = loaded.images.remove(&desc.serial);
         drop(loaded);
@@ -145,11 +147,7 @@ impl DeviceCtx {
                 }
             }
         }
-        if let Some(image) = image {
-            if let Err(e) = self.dev.unload_image(image) {
-                info::error(format_args!("device {}: {e}", self.id));
-            }
-        }
+        image
     }
 }
 

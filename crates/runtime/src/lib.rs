@@ -83,6 +83,8 @@ pub struct Runtime {
     profiler: Option<profile::Profiler>,
     /// Blocks handed out by `omp_target_alloc` and friends.
     pub(crate) api_allocs: api::Allocations,
+    /// Kernel launches in progress (unregistration does not unload an image under them).
+    pub(crate) in_flight: launch::InFlight,
 }
 
 /// Where a construct should run.
@@ -107,6 +109,7 @@ impl Runtime {
             observers: OnceLock::new(),
             profiler: profile::Profiler::new(config.profile.clone(), config.profile_summary),
             api_allocs: api::Allocations::default(),
+            in_flight: launch::InFlight::default(),
             config,
         }
     }

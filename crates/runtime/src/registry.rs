@@ -48,6 +48,9 @@ pub struct Registry {
     pub requires: Option<u64>,
     /// Whether each binary ever registered used clang 19's entry layout.
     legacy_layout: Vec<bool>,
+    /// Region ids of kernels whose binary was unregistered (until registered again): a
+    /// launch of one is a task still pending at exit or at `dlclose`, not a bad id.
+    pub retired: std::collections::HashSet<usize>,
 }
 
 impl Registry {
@@ -159,6 +162,9 @@ impl Runtime {
         for plugin in images.iter().flat_map(|i| i.plugins.iter().copied()).collect::<std::collections::BTreeSet<_>>() {
             self.open_plugin_devices(plugin);
         }
+        for e in desc.entries.iter().filter(|e| e.is_kernel()) {
+            reg.retired.remove(&(e.addr as usize));
+        }
         let serial = reg.next_serial;
         reg.next_serial += 1;
         reg.descs.push(RegisteredDesc { key: desc.key, serial, images, entries: Arc::new(desc.entries) });
@@ -189,9 +195,12 @@ impl Runtime {
         let Some(pos) = reg.descs.iter().position(|d| d.key == key) else { return };
         let desc = reg.descs.remove(pos);
         let last = reg.descs.is_empty();
+        reg.retired.extend(desc.entries.iter().filter(|e| e.is_kernel()).map(|e| e.addr as usize));
         drop(reg);
         for dev in self.devices() {
-            dev.forget_desc(&desc);
+            if let Some(image) = dev.forget_desc(&desc) {
+                self.in_flight.unload_when_idle(dev, image);
+            }
         }
         self.generation.fetch_add(1, Ordering::AcqRel);
         if last && self.config.info_on(crate::config::info_bits::DUMP_TABLE) {
