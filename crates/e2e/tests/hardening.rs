@@ -348,3 +348,16 @@ fn returning_from_main_with_nowait_tasks_in_flight_is_plain() {
         }
     }
 }
+
+/// Item 20: `interop init/use/destroy ... depend(...)` wait for the `target nowait` tasks
+/// they depend on (through libomp's `__kmpc_omp_wait_deps`).
+#[test]
+fn interop_constructs_honour_their_depend_clauses() {
+    for llvm in ALL {
+        let exe = build(llvm, "interop_depend.c");
+        let o = run_with(&exe, &dist_lib(), &[]);
+        assert!(o.status.success(), "clang {}: {}", llvm.major(), err(&o));
+        assert_eq!(out(&o), "init waited: yes\nuse waited: yes\ndestroy waited: yes\n", "{}", err(&o));
+        assert!(err(&o).is_empty(), "{}", err(&o));
+    }
+}

@@ -94,15 +94,17 @@ const OMP_IRC_EMPTY: i32 = -1;
 
 #[no_mangle]
 pub unsafe extern "C" fn __tgt_interop_init(
-    _loc: *const Ident,
-    _gtid: i32,
+    loc: *const Ident,
+    gtid: i32,
     interop: *mut *mut c_void,
     _ty: i32,
     _dev: i32,
-    _ndeps: i32,
-    _deps: *mut c_void,
+    ndeps: i32,
+    deps: *mut c_void,
     _nowait: i32,
 ) {
+    // SAFETY: the arguments are the compiler's, passed through.
+    unsafe { crate::host::wait_deps(loc.cast(), gtid, ndeps, deps) };
     if !interop.is_null() {
         // SAFETY: the program passes the address of its interop variable.
         unsafe { *interop = std::ptr::null_mut() };
@@ -110,27 +112,31 @@ pub unsafe extern "C" fn __tgt_interop_init(
 }
 
 #[no_mangle]
-pub extern "C" fn __tgt_interop_use(
-    _loc: *const Ident,
-    _gtid: i32,
+pub unsafe extern "C" fn __tgt_interop_use(
+    loc: *const Ident,
+    gtid: i32,
     _interop: *mut *mut c_void,
     _dev: i32,
-    _ndeps: i32,
-    _deps: *mut c_void,
+    ndeps: i32,
+    deps: *mut c_void,
     _nowait: i32,
 ) {
+    // SAFETY: the arguments are the compiler's, passed through.
+    unsafe { crate::host::wait_deps(loc.cast(), gtid, ndeps, deps) };
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn __tgt_interop_destroy(
-    _loc: *const Ident,
-    _gtid: i32,
+    loc: *const Ident,
+    gtid: i32,
     interop: *mut *mut c_void,
     _dev: i32,
-    _ndeps: i32,
-    _deps: *mut c_void,
+    ndeps: i32,
+    deps: *mut c_void,
     _nowait: i32,
 ) {
+    // SAFETY: the arguments are the compiler's, passed through.
+    unsafe { crate::host::wait_deps(loc.cast(), gtid, ndeps, deps) };
     if !interop.is_null() {
         // SAFETY: as for init.
         unsafe { *interop = std::ptr::null_mut() };
