@@ -57,14 +57,21 @@ impl OffloadEntry {
 
 /// Decides the layout of a table from every entry, not just the first (LLVM 22 looks at the
 /// first 8 bytes only and crashes on legacy tables that begin with a NULL-address entry).
+///
+/// A 56-byte entry has its reserved word zero, version 1 (0 in tables built by hand, as
+/// LLVM's own `requires` test does) and a known offload kind; read at 56-byte strides, a
+/// 32-byte table fails that on some entry (the third stride lands on a legacy entry's
+/// flags, whose upper half, the would-be kind, is zero).
 pub fn detect_layout(table: &[u8]) -> Result<EntryLayout, FormatError> {
     if table.is_empty() {
         return Ok(EntryLayout::V1);
     }
     if table.len().is_multiple_of(NEW_SIZE) {
-        let all_v1 = table
-            .chunks_exact(NEW_SIZE)
-            .all(|e| e[..8].iter().all(|&b| b == 0) && u16::from_le_bytes([e[8], e[9]]) == 1);
+        let all_v1 = table.chunks_exact(NEW_SIZE).all(|e| {
+            let version = u16::from_le_bytes([e[8], e[9]]);
+            let kind = u16::from_le_bytes([e[10], e[11]]);
+            e[..8].iter().all(|&b| b == 0) && version <= 1 && (1..=4).contains(&kind)
+        });
         if all_v1 {
             return Ok(EntryLayout::V1);
         }
@@ -174,6 +181,30 @@ mod tests {
         assert!(e[1].is_link());
         assert!(e[2].is_requires());
         assert_eq!(e[2].data, 8);
+    }
+
+    #[test]
+    fn hand_built_version_0_requires_entries() {
+        // LLVM 22's offloading/requires.c registers two such entries: 112 bytes.
+        let mut t = v1(0, 0x5000, 0, FLAG_REQUIRES, 1);
+        t.extend(v1(0, 0x5000, 0, FLAG_REQUIRES, 2));
+        for e in t.chunks_exact_mut(NEW_SIZE) {
+            e[8] = 0; // version 0
+        }
+        let (layout, e) = parse_entry_table(&t).unwrap();
+        assert_eq!(layout, EntryLayout::V1);
+        assert!(e.iter().all(|e| e.is_requires()));
+        assert_eq!((e[0].data, e[1].data), (1, 2));
+    }
+
+    #[test]
+    fn legacy_kernels_table_of_224_bytes_is_not_v1() {
+        // 7 kernel entries whose name pointers' low halves look like (version 1, kind 1).
+        let mut t = Vec::new();
+        for i in 0..7 {
+            t.extend(legacy(0, 0x0001_0001 + (i << 32), 0, 0, 0));
+        }
+        assert_eq!(detect_layout(&t).unwrap(), EntryLayout::Legacy);
     }
 
     #[test]

@@ -130,7 +130,13 @@ impl<'a> OffloadBinary<'a> {
             });
         }
         let size = u64_at(buf, 8, "OffloadBinary size")?;
-        if size < HEADER_SIZE + ENTRY_SIZE || size > buf.len() as u64 {
+        if size < HEADER_SIZE + ENTRY_SIZE {
+            return Err(FormatError::Invalid {
+                what: "OffloadBinary size",
+                detail: format!("{size} is too small for a header and one entry ({} bytes)", HEADER_SIZE + ENTRY_SIZE),
+            });
+        }
+        if size > buf.len() as u64 {
             return Err(FormatError::Invalid {
                 what: "OffloadBinary size",
                 detail: format!("{size} does not fit a buffer of {} bytes", buf.len()),
@@ -279,6 +285,21 @@ mod tests {
         for n in 0..bin.len() {
             assert!(OffloadBinary::parse(&bin[..n]).is_err(), "prefix {n} parsed");
         }
+    }
+
+    #[test]
+    fn a_bad_size_says_which_way_it_is_wrong() {
+        let bin = write(ImageKind::Object, OffloadKind::OpenMp, &[("triple", "x")], b"payload");
+        let with_size = |size: u64| {
+            let mut b = bin.clone();
+            b[8..16].copy_from_slice(&size.to_le_bytes());
+            OffloadBinary::parse(&b).unwrap_err().to_string()
+        };
+        let small = with_size(16);
+        assert!(small.contains("16 is too small for a header and one entry"), "{small}");
+        assert!(!small.contains("does not fit"), "{small}");
+        let big = with_size(bin.len() as u64 + 1);
+        assert!(big.contains(&format!("does not fit a buffer of {} bytes", bin.len())), "{big}");
     }
 
     #[test]

@@ -10,9 +10,7 @@ pub unsafe extern "C" fn __tgt_register_lib(desc: *const BinDesc) {
         // SAFETY: called by the registration constructor with its descriptor.
         match unsafe { abi::descriptor(desc) } {
             Ok(d) => rt().register_lib(d),
-            Err(e) => omp_runtime::info::error(format_args!(
-                "__tgt_register_lib: ignoring a malformed binary descriptor: {e}"
-            )),
+            Err(e) => rt().register_failed(&e),
         }
     })
 }
@@ -96,15 +94,17 @@ const OMP_IRC_EMPTY: i32 = -1;
 
 #[no_mangle]
 pub unsafe extern "C" fn __tgt_interop_init(
-    _loc: *const Ident,
-    _gtid: i32,
+    loc: *const Ident,
+    gtid: i32,
     interop: *mut *mut c_void,
     _ty: i32,
     _dev: i32,
-    _ndeps: i32,
-    _deps: *mut c_void,
+    ndeps: i32,
+    deps: *mut c_void,
     _nowait: i32,
 ) {
+    // SAFETY: the arguments are the compiler's, passed through.
+    unsafe { crate::host::wait_deps(loc.cast(), gtid, ndeps, deps) };
     if !interop.is_null() {
         // SAFETY: the program passes the address of its interop variable.
         unsafe { *interop = std::ptr::null_mut() };
@@ -112,27 +112,31 @@ pub unsafe extern "C" fn __tgt_interop_init(
 }
 
 #[no_mangle]
-pub extern "C" fn __tgt_interop_use(
-    _loc: *const Ident,
-    _gtid: i32,
+pub unsafe extern "C" fn __tgt_interop_use(
+    loc: *const Ident,
+    gtid: i32,
     _interop: *mut *mut c_void,
     _dev: i32,
-    _ndeps: i32,
-    _deps: *mut c_void,
+    ndeps: i32,
+    deps: *mut c_void,
     _nowait: i32,
 ) {
+    // SAFETY: the arguments are the compiler's, passed through.
+    unsafe { crate::host::wait_deps(loc.cast(), gtid, ndeps, deps) };
 }
 
 #[no_mangle]
 pub unsafe extern "C" fn __tgt_interop_destroy(
-    _loc: *const Ident,
-    _gtid: i32,
+    loc: *const Ident,
+    gtid: i32,
     interop: *mut *mut c_void,
     _dev: i32,
-    _ndeps: i32,
-    _deps: *mut c_void,
+    ndeps: i32,
+    deps: *mut c_void,
     _nowait: i32,
 ) {
+    // SAFETY: the arguments are the compiler's, passed through.
+    unsafe { crate::host::wait_deps(loc.cast(), gtid, ndeps, deps) };
     if !interop.is_null() {
         // SAFETY: as for init.
         unsafe { *interop = std::ptr::null_mut() };

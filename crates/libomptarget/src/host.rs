@@ -35,6 +35,28 @@ impl Libomp {
     }
 }
 
+type WaitDeps = unsafe extern "C" fn(*const c_void, i32, i32, *mut c_void, i32, *mut c_void);
+
+/// libomp's `__kmpc_omp_wait_deps`: blocks the encountering thread until the sibling tasks
+/// that `deps` (`ndeps` `kmp_depend_info_t`s) depends on have completed. Constructs that
+/// run here, synchronously, honour their `depend` clauses this way (as LLVM's interop
+/// entry points do when not `nowait`).
+///
+/// # Safety
+/// `loc`, `gtid`, `ndeps` and `deps` are as the compiler passed them to the entry point.
+pub unsafe fn wait_deps(loc: *const c_void, gtid: i32, ndeps: i32, deps: *mut c_void) {
+    if ndeps <= 0 || deps.is_null() {
+        return;
+    }
+    static WAIT: std::sync::OnceLock<Option<usize>> = std::sync::OnceLock::new();
+    let Some(f) = *WAIT.get_or_init(|| lookup(c"__kmpc_omp_wait_deps")) else { return };
+    // SAFETY: libomp exports `__kmpc_omp_wait_deps` with this signature (ident_t *, kmp_int32
+    // gtid, kmp_int32 ndeps, kmp_depend_info_t *, kmp_int32 ndeps_noalias, kmp_depend_info_t *).
+    let wait = unsafe { std::mem::transmute::<usize, WaitDeps>(f) };
+    // SAFETY: the compiler's own dependence list, passed through unchanged.
+    unsafe { wait(loc, gtid, ndeps, deps, 0, std::ptr::null_mut()) };
+}
+
 impl OpenMpHost for Libomp {
     fn target_offload(&self) -> i32 {
         match self.target_offload {

@@ -44,14 +44,23 @@ impl Plugin for HostPlugin {
     }
 }
 
-/// One host device: the images it loaded (dlopen handles, never closed, like LLVM's, so
-/// kernels' static destructors run at exit through the loader).
+/// One host device: the images it loaded (dlopen handle and the memfd it was loaded from).
+/// Images stay loaded until their binary is unregistered (a `dlclose`d library); the
+/// program's own stay until exit, like LLVM's, so their static destructors run through the
+/// loader.
 pub struct HostDevice {
     index: usize,
-    images: Mutex<Vec<usize>>,
+    images: Mutex<Vec<Option<Loaded>>>,
     /// Every live pointer `alloc` returned: `free` of anything else is an error, not a
     /// corrupted heap.
     allocations: Mutex<HashSet<usize>>,
+}
+
+/// A loaded image: its dlopen handle and the memfd whose path names it.
+#[derive(Clone, Copy)]
+struct Loaded {
+    handle: usize,
+    fd: i32,
 }
 
 /// glibc's `RTLD_DL_SYMENT`: `dladdr1` returns the symbol's ELF entry.
@@ -68,11 +77,42 @@ fn dl_error() -> String {
     unsafe { CStr::from_ptr(msg) }.to_string_lossy().into_owned()
 }
 
+/// `/proc/self/fd/<fd>`, moving `fd` to another number while that path names an object the
+/// loader still holds (an unloaded image whose memfd had the same number).
+fn unique_path(fd: &mut i32) -> Result<CString> {
+    let mut avoided = Vec::new();
+    let path = loop {
+        let path = CString::new(format!("/proc/self/fd/{fd}")).expect("no NUL in path");
+        // SAFETY: RTLD_NOLOAD only looks the path up among loaded objects; a handle it
+        // returns holds one more reference, which the dlclose gives back.
+        let held = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_LAZY | libc::RTLD_NOLOAD) };
+        if held.is_null() {
+            break Ok(path);
+        }
+        // SAFETY: `held` is the handle RTLD_NOLOAD just returned.
+        unsafe { libc::dlclose(held) };
+        if avoided.len() >= 64 {
+            break Err(PluginError::failed("no free path for the device image under /proc/self/fd"));
+        }
+        // SAFETY: duplicates our open memfd onto the lowest free number above it.
+        let moved = unsafe { libc::fcntl(*fd, libc::F_DUPFD_CLOEXEC, *fd + 1) };
+        if moved < 0 {
+            break Err(PluginError::failed(format!("cannot move the image's fd: {}", std::io::Error::last_os_error())));
+        }
+        avoided.push(std::mem::replace(fd, moved));
+    };
+    for old in avoided {
+        // SAFETY: `old` is a duplicate of the memfd that we opened and nothing else uses.
+        unsafe { libc::close(old) };
+    }
+    path
+}
+
 /// Writes `image` to an anonymous in-memory file and dlopens it through /proc/self/fd.
-fn load_from_memory(image: &[u8], index: usize) -> Result<usize> {
+fn load_from_memory(image: &[u8], index: usize) -> Result<Loaded> {
     let name = CString::new(format!("omp-device-{index}")).expect("no NUL in name");
     // SAFETY: memfd_create takes a NUL-terminated name and flags; it returns a new fd or -1.
-    let fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
+    let mut fd = unsafe { libc::memfd_create(name.as_ptr(), libc::MFD_CLOEXEC) };
     if fd < 0 {
         return Err(PluginError::failed(format!("memfd_create failed: {}", std::io::Error::last_os_error())));
     }
@@ -90,16 +130,16 @@ fn load_from_memory(image: &[u8], index: usize) -> Result<usize> {
             written += n as usize;
         }
         // The loader recognises already-loaded objects by path, and fd numbers are reused
-        // after close: the fd stays open (like the image, which is never unloaded) so that
-        // every image's path stays unique.
-        let path = CString::new(format!("/proc/self/fd/{fd}")).expect("no NUL in path");
+        // after close: the fd stays open as long as the image is loaded, and a number whose
+        // path still names an unloaded image's object is not used.
+        let path = unique_path(&mut fd)?;
         // SAFETY: dlopen takes a NUL-terminated path; failure is reported through NULL.
         // RTLD_GLOBAL as LLVM does: a program's image may use symbols of a library's image.
         let handle = unsafe { libc::dlopen(path.as_ptr(), libc::RTLD_LAZY | libc::RTLD_GLOBAL) };
         if handle.is_null() {
             return Err(PluginError::failed(format!("failed to load the device image: {}", dl_error())));
         }
-        Ok(handle as usize)
+        Ok(Loaded { handle: handle as usize, fd })
     })();
     if result.is_err() {
         // SAFETY: `fd` is ours and nothing was loaded from it.
@@ -110,9 +150,9 @@ fn load_from_memory(image: &[u8], index: usize) -> Result<usize> {
 
 impl HostDevice {
     fn symbol(&self, image: ImageId, name: &CStr) -> Option<usize> {
-        let handle = *self.images.lock().get(image.0)?;
-        // SAFETY: `handle` came from a successful dlopen of this device and is never closed;
-        // `name` is NUL-terminated.
+        let handle = self.images.lock().get(image.0).copied().flatten()?.handle;
+        // SAFETY: `handle` came from a successful dlopen; it is closed only by
+        // `unload_image`, which removes it from `images` first.
         let sym = unsafe { libc::dlsym(handle as *mut libc::c_void, name.as_ptr()) };
         (!sym.is_null()).then_some(sym as usize)
     }
@@ -123,10 +163,27 @@ impl Device for HostDevice {
         let header = elf::header(image)
             .map_err(|e| PluginError::failed(format!("a provided binary image is malformed: {e}")))?;
         header.loadable_on_x86_64().map_err(PluginError::failed)?;
-        let handle = load_from_memory(image, self.index)?;
+        let loaded = load_from_memory(image, self.index)?;
         let mut images = self.images.lock();
-        images.push(handle);
+        images.push(Some(loaded));
         Ok(ImageId(images.len() - 1))
+    }
+
+    fn unload_image(&self, image: ImageId) -> Result<()> {
+        let Some(Loaded { handle, fd }) = self.images.lock().get_mut(image.0).and_then(Option::take) else {
+            return Ok(());
+        };
+        // SAFETY: `handle` came from a successful dlopen and was just taken out of `images`,
+        // so it is closed once and no later lookup uses it.
+        if unsafe { libc::dlclose(handle as *mut libc::c_void) } != 0 {
+            return Err(PluginError::failed(format!("failed to unload the device image: {}", dl_error())));
+        }
+        // The loader may keep the object a while longer (inside the dlclose of the library
+        // that unregisters it) or for good (a unique symbol): `unique_path` then avoids its
+        // name when the fd number comes back.
+        // SAFETY: `fd` is this image's memfd, taken out of `images`, and closed only here.
+        unsafe { libc::close(fd) };
+        Ok(())
     }
 
     fn kernel(&self, image: ImageId, name: &CStr) -> Result<KernelId> {

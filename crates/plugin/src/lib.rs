@@ -127,6 +127,12 @@ pub trait Plugin: Send + Sync {
 pub trait Device: Send + Sync {
     /// Loads an image and returns its handle.
     fn load_image(&self, image: &[u8]) -> Result<ImageId>;
+    /// Unloads an image at the unregistration of the binary that embedded it, releasing what
+    /// the backend holds for it; the id is not used again. Backends that keep images until
+    /// the device closes need not override it.
+    fn unload_image(&self, _image: ImageId) -> Result<()> {
+        Ok(())
+    }
     /// Resolves a kernel by symbol name in a loaded image.
     fn kernel(&self, image: ImageId, name: &CStr) -> Result<KernelId>;
     /// Resolves a global variable by symbol name in a loaded image.

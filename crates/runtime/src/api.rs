@@ -6,10 +6,43 @@ use crate::table::{Lookup, MapEntry, INF};
 use crate::trace::{ApiOp, Event};
 use crate::{info, DeviceCtx, Runtime};
 use omp_plugin::{host_memory, AllocKind};
+use omp_sync::Mutex;
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 /// `OFFLOAD_FAIL` for the integer-returning API calls.
 pub const FAIL: i32 = -1;
+
+/// The key of the host device in [`Allocations`] (its user number moves as devices open).
+const HOST_KEY: i32 = -1;
+
+/// Bounce buffers for copies between devices and fills are at most this large: no
+/// allocation the runtime makes is sized by a length the user passed.
+const CHUNK: usize = 1 << 20;
+
+/// What `omp_target_alloc` and friends handed out, per device: copies and fills are bounded
+/// by it, and frees are checked against it.
+#[derive(Default)]
+pub struct Allocations(Mutex<BTreeMap<(i32, usize), usize>>);
+
+impl Allocations {
+    fn lock(&self) -> omp_sync::MutexGuard<'_, BTreeMap<(i32, usize), usize>> {
+        self.0.lock()
+    }
+    fn insert(&self, dev: i32, ptr: usize, size: usize) {
+        self.lock().insert((dev, ptr), size);
+    }
+    /// Forgets a block; false when `ptr` does not start one (never allocated, freed already).
+    fn remove(&self, dev: i32, ptr: usize) -> bool {
+        self.lock().remove(&(dev, ptr)).is_some()
+    }
+    /// Bytes from `ptr` to the end of the allocation that contains it, if one does.
+    fn room(&self, dev: i32, ptr: usize) -> Option<usize> {
+        let all = self.lock();
+        let (&(d, start), &size) = all.range(..=(dev, ptr)).next_back()?;
+        (d == dev && ptr - start < size).then(|| size - (ptr - start))
+    }
+}
 
 /// A device number in an API call: the host (initial device) or an offload device.
 pub enum ApiDevice {
@@ -17,7 +50,56 @@ pub enum ApiDevice {
     Offload(Arc<DeviceCtx>),
 }
 
+impl ApiDevice {
+    fn key(&self) -> i32 {
+        match self {
+            ApiDevice::Host => HOST_KEY,
+            ApiDevice::Offload(d) => d.id,
+        }
+    }
+}
+
 impl Runtime {
+    /// Bytes from `ptr` to the end of the block of `dev` that holds it (an API allocation or
+    /// a mapping's device copy), when the runtime knows one.
+    fn room(&self, dev: &ApiDevice, ptr: usize) -> Option<usize> {
+        if let Some(n) = self.api_allocs.room(dev.key(), ptr) {
+            return Some(n);
+        }
+        let ApiDevice::Offload(d) = dev else { return None };
+        let t = d.lock_table();
+        let e = t.iter().find(|e| ptr >= e.tgt_begin && ptr - e.tgt_begin < e.size())?;
+        Some(e.size() - (ptr - e.tgt_begin))
+    }
+
+    /// Checks that `len` bytes at `ptr` fit in the block that holds them; prints why not.
+    fn fits(&self, call: &str, dev: &ApiDevice, ptr: usize, len: usize) -> bool {
+        match self.room(dev, ptr) {
+            Some(room) if len > room => {
+                let on = match dev {
+                    ApiDevice::Host => "the host device".to_string(),
+                    ApiDevice::Offload(d) => format!("device {}", d.id),
+                };
+                info::error(format_args!(
+                    "{call}: {len} bytes at 0x{ptr:016x} on {on} run past the end of its allocation ({room} bytes left)"
+                ));
+                false
+            }
+            _ => true,
+        }
+    }
+
+    /// Loads the device's images before an API call that may name declare-target data, as a
+    /// launch does (LLVM 22; LLVM 19 does not, and clang 19 programs keep its answers).
+    fn load_for_api(&self, d: &DeviceCtx, call: &str) {
+        if self.clang19_programs_only() {
+            return;
+        }
+        if let Err(e) = self.ensure_loaded(d) {
+            info::error(format_args!("{call}: Failed to init globals on device {}: {e}", d.id));
+        }
+    }
+
     /// Resolves an API device number, printing an error for a bad one.
     pub fn api_device(&self, id: i32, call: &str) -> Option<ApiDevice> {
         if id == self.initial_device() {
@@ -43,15 +125,16 @@ impl Runtime {
         if size == 0 || size > isize::MAX as usize {
             return 0;
         }
-        let ptr = match self.api_device(device, call) {
-            None => 0,
-            Some(ApiDevice::Host) => host_memory::malloc(size),
-            Some(ApiDevice::Offload(d)) => d.alloc_direct(size, kind).unwrap_or_else(|e| {
+        let Some(dev) = self.api_device(device, call) else { return 0 };
+        let ptr = match &dev {
+            ApiDevice::Host => host_memory::malloc(size),
+            ApiDevice::Offload(d) => d.alloc_direct(size, kind).unwrap_or_else(|e| {
                 info::error(format_args!("{call}: allocating {size} bytes on device {device} failed: {e}"));
                 0
             }),
         };
         if ptr != 0 {
+            self.api_allocs.insert(dev.key(), ptr, size);
             self.api_event(ApiOp::Alloc, device, ptr, 0, size);
         }
         ptr
@@ -68,13 +151,23 @@ impl Runtime {
         if ptr == 0 {
             return;
         }
+        let Some(dev) = self.api_device(device, call) else { return };
+        if !self.api_allocs.remove(dev.key(), ptr) {
+            let on = match &dev {
+                ApiDevice::Host => "the host device".to_string(),
+                ApiDevice::Offload(d) => format!("device {}", d.id),
+            };
+            info::error(format_args!(
+                "{call}: bad free of 0x{ptr:016x}: not allocated on {on} by omp_target_alloc, or already freed"
+            ));
+            return;
+        }
         self.api_event(ApiOp::Free, device, ptr, 0, 0);
-        match self.api_device(device, call) {
-            None => {}
-            // SAFETY: the program hands back what `omp_target_alloc` gave it for the host
-            // device (the API's contract; libomp's own allocator relies on the same).
-            Some(ApiDevice::Host) => unsafe { host_memory::free(ptr) },
-            Some(ApiDevice::Offload(d)) => {
+        match dev {
+            // SAFETY: `api_allocs` just confirmed that `omp_target_alloc` returned `ptr` for
+            // the host device (from `host_memory::malloc`) and that it was not freed since.
+            ApiDevice::Host => unsafe { host_memory::free(ptr) },
+            ApiDevice::Offload(d) => {
                 if let Err(e) = d.dev.free(ptr, kind) {
                     info::error(format_args!("{call}: Failed to deallocate device ptr 0x{ptr:016x}: {e}"));
                 }
@@ -90,7 +183,10 @@ impl Runtime {
         match self.api_device(device, "omp_target_is_present") {
             None => 0,
             Some(ApiDevice::Host) => 1,
-            Some(ApiDevice::Offload(d)) => i32::from(matches!(d.lock_table().lookup(ptr, 1), Lookup::Contained(_))),
+            Some(ApiDevice::Offload(d)) => {
+                self.load_for_api(&d, "omp_target_is_present");
+                i32::from(matches!(d.lock_table().lookup(ptr, 1), Lookup::Contained(_)))
+            }
         }
     }
 
@@ -104,6 +200,7 @@ impl Runtime {
             None => 0,
             Some(ApiDevice::Host) => ptr,
             Some(ApiDevice::Offload(d)) => {
+                self.load_for_api(&d, "omp_get_mapped_ptr");
                 let t = d.lock_table();
                 match t.lookup(ptr, 1) {
                     Lookup::Contained(k) => t.get(k).expect("key").translate(ptr),
@@ -113,8 +210,11 @@ impl Runtime {
         }
     }
 
-    /// `omp_target_is_accessible`: host memory is accessible from host devices only where
-    /// the address spaces are shared.
+    /// `omp_target_is_accessible`: host memory is accessible from the initial device; never
+    /// from an isolated device; from a device that shares the address space only for clang 19
+    /// programs. LLVM 22 asks its plugin, and its host plugin answers false (with or without
+    /// `requires unified_shared_memory`): clang 22 programs, and LLVM 22's own test
+    /// `mapping/is_accessible.cpp`, take that answer's path (docs/ARCHITECTURE.md).
     pub fn is_accessible(&self, ptr: usize, size: usize, device: i32) -> i32 {
         if ptr == 0 || size == 0 {
             return 0;
@@ -122,7 +222,7 @@ impl Runtime {
         match self.api_device(device, "omp_target_is_accessible") {
             None => 0,
             Some(ApiDevice::Host) => 1,
-            Some(ApiDevice::Offload(d)) => i32::from(d.dev.is_accessible(ptr, size)),
+            Some(ApiDevice::Offload(d)) => i32::from(d.dev.is_accessible(ptr, size) && self.clang19_programs_only()),
         }
     }
 
@@ -150,11 +250,23 @@ impl Runtime {
         else {
             return FAIL;
         };
-        let dst = dst.wrapping_add(dst_off);
-        let src = src.wrapping_add(src_off);
+        let (Some(dst), Some(src)) = (dst.checked_add(dst_off), src.checked_add(src_off)) else {
+            info::error(format_args!("Call to omp_target_memcpy with invalid arguments (offset overflows)"));
+            return FAIL;
+        };
+        if dst.checked_add(len).is_none() || src.checked_add(len).is_none() {
+            info::error(format_args!("omp_target_memcpy: {len} bytes run past the end of memory"));
+            return FAIL;
+        }
+        if !self.fits("omp_target_memcpy", &d, dst, len) || !self.fits("omp_target_memcpy", &s, src, len) {
+            return FAIL;
+        }
         match (&d, &s) {
             (ApiDevice::Offload(_), ApiDevice::Host) => self.api_event(ApiOp::CopyToDevice, dst_dev, dst, src, len),
             (ApiDevice::Host, ApiDevice::Offload(_)) => self.api_event(ApiOp::CopyFromDevice, src_dev, src, dst, len),
+            (ApiDevice::Offload(a), ApiDevice::Offload(b)) if Arc::ptr_eq(a, b) => {
+                self.api_event(ApiOp::CopyWithinDevice, dst_dev, dst, src, len)
+            }
             (ApiDevice::Offload(_), ApiDevice::Offload(_)) => {
                 self.api_event(ApiOp::CopyFromDevice, src_dev, src, dst, len);
                 self.api_event(ApiOp::CopyToDevice, dst_dev, dst, src, len);
@@ -176,10 +288,17 @@ impl Runtime {
                 if Arc::ptr_eq(&d, &s) {
                     d.dev.copy_within(dst, src, len)
                 } else {
-                    let mut bounce = vec![0u8; len];
+                    let mut bounce = vec![0u8; len.min(CHUNK)];
                     let b = bounce.as_mut_ptr() as usize;
-                    // SAFETY: `bounce` is ours and holds `len` bytes.
-                    unsafe { s.dev.retrieve(b, src, len).and_then(|_| d.dev.submit(dst, b, len)) }
+                    (0..len).step_by(CHUNK).try_for_each(|at| {
+                        let n = (len - at).min(CHUNK);
+                        // SAFETY: `bounce` is ours and holds at least `n` bytes.
+                        unsafe {
+                            s.dev
+                                .retrieve(b, src.wrapping_add(at), n)
+                                .and_then(|_| d.dev.submit(dst.wrapping_add(at), b, n))
+                        }
+                    })
                 }
             }
         };
@@ -218,23 +337,34 @@ impl Runtime {
             info::error(format_args!("Call to omp_target_memcpy_rect with invalid arguments"));
             return FAIL;
         }
+        let overflow = || {
+            info::error(format_args!("Call to omp_target_memcpy_rect with invalid arguments (sizes overflow)"));
+            FAIL
+        };
         if dims == 1 {
-            return self.memcpy(
-                dst,
-                src,
-                elem * volume[0],
-                elem * dst_offsets[0],
-                elem * src_offsets[0],
-                dst_dev,
-                src_dev,
-            );
+            let (Some(len), Some(dst_off), Some(src_off)) =
+                (elem.checked_mul(volume[0]), elem.checked_mul(dst_offsets[0]), elem.checked_mul(src_offsets[0]))
+            else {
+                return overflow();
+            };
+            return self.memcpy(dst, src, len, dst_off, src_off, dst_dev, src_dev);
         }
-        let dst_slice: usize = elem * dst_dims[1..].iter().product::<usize>();
-        let src_slice: usize = elem * src_dims[1..].iter().product::<usize>();
+        let product = |dims: &[usize]| dims.iter().try_fold(elem, |acc, &d| acc.checked_mul(d));
+        let (Some(dst_slice), Some(src_slice)) = (product(&dst_dims[1..]), product(&src_dims[1..])) else {
+            return overflow();
+        };
         for i in 0..volume[0] {
+            let at = |base: usize, slice: usize, off: usize| {
+                off.checked_add(i).and_then(|row| slice.checked_mul(row)).and_then(|o| base.checked_add(o))
+            };
+            let (Some(dst_row), Some(src_row)) =
+                (at(dst, dst_slice, dst_offsets[0]), at(src, src_slice, src_offsets[0]))
+            else {
+                return overflow();
+            };
             let r = self.memcpy_rect(
-                dst + dst_slice * (dst_offsets[0] + i),
-                src + src_slice * (src_offsets[0] + i),
+                dst_row,
+                src_row,
                 elem,
                 &volume[1..],
                 &dst_offsets[1..],
@@ -256,15 +386,26 @@ impl Runtime {
         if ptr == 0 || len == 0 {
             return ptr;
         }
-        match self.api_device(device, "omp_target_memset") {
-            None => {}
-            // SAFETY: the range is host memory the program named for this fill.
-            Some(ApiDevice::Host) => unsafe { host_memory::fill(ptr, byte as u8, len) },
-            Some(ApiDevice::Offload(d)) => {
+        let Some(dev) = self.api_device(device, "omp_target_memset") else { return ptr };
+        if ptr.checked_add(len).is_none() {
+            info::error(format_args!("omp_target_memset: {len} bytes at 0x{ptr:016x} run past the end of memory"));
+            return ptr;
+        }
+        if !self.fits("omp_target_memset", &dev, ptr, len) {
+            return ptr;
+        }
+        match dev {
+            // SAFETY: `fits` checked the range against what `omp_target_alloc` handed out, or
+            // it is host memory the program named for this fill.
+            ApiDevice::Host => unsafe { host_memory::fill(ptr, byte as u8, len) },
+            ApiDevice::Offload(d) => {
                 self.api_event(ApiOp::Memset, device, ptr, byte as usize, len);
-                let buf = vec![byte as u8; len];
-                // SAFETY: `buf` is ours and holds `len` bytes.
-                if let Err(e) = unsafe { d.dev.submit(ptr, buf.as_ptr() as usize, len) } {
+                let buf = vec![byte as u8; len.min(CHUNK)];
+                let r = (0..len).step_by(CHUNK).try_for_each(|at| {
+                    // SAFETY: `buf` is ours and holds at least the chunk's bytes.
+                    unsafe { d.dev.submit(ptr.wrapping_add(at), buf.as_ptr() as usize, (len - at).min(CHUNK)) }
+                });
+                if let Err(e) = r {
                     info::error(format_args!("omp_target_memset failed: {e}"));
                 }
             }
@@ -317,7 +458,8 @@ impl Runtime {
     /// `omp_target_disassociate_ptr`.
     pub fn disassociate_ptr(&self, host: usize, device: i32) -> i32 {
         let d = match self.api_device(device, "omp_target_disassociate_ptr") {
-            None | Some(ApiDevice::Host) => {
+            None => return FAIL,
+            Some(ApiDevice::Host) => {
                 info::error(format_args!("omp_target_disassociate_ptr: no association possible on the host"));
                 return FAIL;
             }

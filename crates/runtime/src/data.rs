@@ -433,7 +433,16 @@ impl Runtime {
             }
             let begin = args.begins[i];
             let mut base = args.bases[i];
-            let size = args.sizes[i].max(0) as usize;
+            if args.sizes[i] < 0 {
+                info::error(format_args!(
+                    "{} has a negative length ({} bytes): cannot map it on device {}",
+                    described(args.name(i)),
+                    args.sizes[i],
+                    dev.id
+                ));
+                return Err(Failed);
+            }
+            let size = args.sizes[i] as usize;
             let name = args.name(i);
             let mut padding = 0;
             if member_of(ty).is_none() && i + 1 < n && member_of(args.types[i + 1]) == Some(i) {
@@ -470,6 +479,13 @@ impl Runtime {
                     // variable, which the map clause names and which is alive for the construct.
                     base = unsafe { host_memory::read_ptr(args.bases[i]) };
                     update_ref = !from_mapper || i != 0;
+                }
+                if size != 0 && begin < NULL_PAGE {
+                    info::error(format_args!(
+                        "{} maps {size} bytes at host address 0x{begin:016x}: its base pointer is NULL",
+                        described(name)
+                    ));
+                    return Err(Failed);
                 }
                 let req = Request { begin, base, padding, size, name, ty, update_ref, copy_to: has(ty, mt::TO) };
                 let obj = self.get_target_pointer(dev, &mut table, &req, st)?;
@@ -799,6 +815,19 @@ impl Runtime {
                 idx[d] = 0;
             }
         }
+    }
+}
+
+/// No program memory lives in the first page (Linux's `mmap_min_addr` is at least this):
+/// a section that begins there has a NULL base.
+const NULL_PAGE: usize = 4096;
+
+/// `'name' (file:line:col)` for a map-name string, for error messages.
+fn described(name: usize) -> String {
+    match info::map_name(name).map(omp_format::SourceLocation::from_map_name) {
+        Some(l) if l.is_known() => format!("'{}' ({l})", l.name),
+        Some(l) => format!("'{}'", l.name),
+        None => "a mapped variable (compile with -g for its name)".into(),
     }
 }
 

@@ -6,7 +6,7 @@ use crate::registry::RegisteredDesc;
 use crate::table::{MapEntry, MappingTable, INF};
 use crate::{info, Runtime};
 use omp_format::SourceLocation;
-use omp_plugin::{AllocKind, Device, KernelId, PluginError};
+use omp_plugin::{AllocKind, Device, ImageId, KernelId, PluginError};
 use omp_sync::{Mutex, MutexGuard, RwLock, Signal};
 use std::collections::{HashMap, HashSet};
 use std::ffi::CString;
@@ -40,6 +40,8 @@ struct Loaded {
     descs: HashSet<u64>,
     /// Serial numbers of descriptors whose image a thread is loading right now.
     loading: HashSet<u64>,
+    /// The backend's image for each loaded descriptor, unloaded at unregistration.
+    images: HashMap<u64, ImageId>,
 }
 
 /// One image to load, taken from the registry so that no lock is held while loading.
@@ -153,15 +155,33 @@ impl DeviceCtx {
         info::emit(&self.table_text(loc));
     }
 
-    pub(crate) fn forget_desc(&self, desc: &RegisteredDesc) {
+    /// Forgets an unregistered binary's kernels and globals; returns its image, for the
+    /// caller to unload once no launch runs.
+    pub(crate) fn forget_desc(&self, desc: &RegisteredDesc) -> Option<ImageId> {
         let mut loaded = self.loaded.lock();
         if !loaded.descs.remove(&desc.serial) {
-            return;
+            return None;
         }
-        let mut kernels = self.kernels.write();
-        for e in desc.entries.iter().filter(|e| e.is_kernel()) {
-            kernels.remove(&(e.addr as usize));
+        let image = loaded.images.remove(&desc.serial);
+        drop(loaded);
+        {
+            let mut kernels = self.kernels.write();
+            for e in desc.entries.iter().filter(|e| e.is_kernel()) {
+                kernels.remove(&(e.addr as usize));
+            }
         }
+        // The binary's globals leave the table with its image: another library may be
+        // loaded at the same host addresses later.
+        {
+            let mut table = self.lock_table();
+            for e in desc.entries.iter().filter(|e| e.size > 0 && e.addr != 0 && !e.is_requires()) {
+                let host = e.addr as usize;
+                if table.get(host).is_some_and(|m| !m.owns_memory && m.dyn_rc == INF) {
+                    table.remove(host);
+                }
+            }
+        }
+        image
     }
 }
 
@@ -182,8 +202,9 @@ impl Runtime {
             let result = self.load_one(dev, &job);
             let mut loaded = dev.loaded.lock();
             loaded.loading.remove(&job.serial);
-            if result.is_ok() {
+            if let Ok(image) = result {
                 loaded.descs.insert(job.serial);
+                loaded.images.insert(job.serial, image);
             }
             drop(loaded);
             dev.load_done.notify_all();
@@ -220,7 +241,7 @@ impl Runtime {
         }
     }
 
-    fn load_one(&self, dev: &DeviceCtx, job: &LoadJob) -> Result<(), String> {
+    fn load_one(&self, dev: &DeviceCtx, job: &LoadJob) -> Result<ImageId, String> {
         let image = &job.image;
         let start = self.start_timer();
         let image_id = dev.dev.load_image(image.bytes()).map_err(|e| format!("Failed to load image: {e}"))?;
@@ -241,7 +262,7 @@ impl Runtime {
             image.bytes().len(),
             job.entries.len()
         );
-        bound
+        bound.map(|_| image_id)
     }
 
     /// Resolves every kernel and global of a freshly loaded image (backend calls, no lock
@@ -249,7 +270,7 @@ impl Runtime {
     fn bind_entries(
         &self,
         dev: &DeviceCtx,
-        image: omp_plugin::ImageId,
+        image: ImageId,
         entries: &[omp_format::OffloadEntry],
     ) -> Result<(), String> {
         let usm = self.requires_usm();

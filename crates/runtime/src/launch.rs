@@ -5,7 +5,10 @@ use crate::map_type::{self as mt, has, member_of};
 use crate::table::Lookup;
 use crate::trace::Event;
 use crate::{info, DeviceCtx, Failed, Loc, Outcome, Runtime};
-use omp_plugin::{AllocKind, LaunchConfig};
+use omp_plugin::{AllocKind, ImageId, LaunchConfig};
+use omp_sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::Arc;
 
 /// One kernel launch, unpacked from `KernelArgsTy`.
 pub struct KernelLaunch<'a> {
@@ -31,7 +34,18 @@ pub const OFFLOAD_FAIL: i32 = -1;
 impl Runtime {
     /// A `target` region on a device: map, launch, unmap.
     pub(crate) fn target(&self, dev: &DeviceCtx, loc: Loc, host_ptr: usize, launch: &mut KernelLaunch) -> Outcome {
+        let _launching = self.in_flight.enter();
         let Some(kernel) = dev.kernel(host_ptr) else {
+            if self.registry.read().retired.contains(&host_ptr) {
+                static EXPLAINED: AtomicBool = AtomicBool::new(false);
+                let why = if EXPLAINED.swap(true, Ordering::Relaxed) {
+                    ""
+                } else {
+                    " (the program is exiting or its library was closed) while the region was still pending; wait for nowait target tasks (taskwait) before returning from main or closing the library"
+                };
+                info::error(format_args!("target region at {} skipped: its binary was unregistered{why}", loc.parse()));
+                return Ok(());
+            }
             info::error(format_args!("Host ptr 0x{host_ptr:016x} does not have a matching target pointer."));
             return Err(Failed);
         };
@@ -221,5 +235,57 @@ impl Runtime {
             .find(|e| e.addr as usize == host_ptr && e.size == 0)
             .and_then(|e| info::map_name(e.name as usize))
             .map(str::to_string)
+    }
+}
+
+/// Kernel launches in progress, and the images of unregistered binaries whose unloading
+/// waits for them to end (a nowait task may still run a kernel of a binary whose program is
+/// exiting or whose library was closed). Nothing waits: the last launch to end unloads.
+#[derive(Default)]
+pub struct InFlight {
+    launches: AtomicUsize,
+    /// `deferred` is not empty (spares the lock at the end of every launch).
+    pending: AtomicBool,
+    deferred: Mutex<Vec<(Arc<DeviceCtx>, ImageId)>>,
+}
+
+/// One launch in progress; see [`InFlight::enter`].
+pub(crate) struct Launching<'a>(&'a InFlight);
+
+impl Drop for Launching<'_> {
+    fn drop(&mut self) {
+        if self.0.launches.fetch_sub(1, Ordering::SeqCst) == 1 && self.0.pending.load(Ordering::SeqCst) {
+            self.0.unload_deferred();
+        }
+    }
+}
+
+impl InFlight {
+    /// Counts a launch until the guard drops; taken before its kernel is looked up.
+    pub(crate) fn enter(&self) -> Launching<'_> {
+        self.launches.fetch_add(1, Ordering::SeqCst);
+        Launching(self)
+    }
+
+    /// Unloads `image` now, or when the last launch in progress ends.
+    pub(crate) fn unload_when_idle(&self, dev: Arc<DeviceCtx>, image: ImageId) {
+        self.deferred.lock().push((dev, image));
+        self.pending.store(true, Ordering::SeqCst);
+        if self.launches.load(Ordering::SeqCst) == 0 {
+            self.unload_deferred();
+        }
+    }
+
+    fn unload_deferred(&self) {
+        let images = {
+            let mut deferred = self.deferred.lock();
+            self.pending.store(false, Ordering::SeqCst);
+            std::mem::take(&mut *deferred)
+        };
+        for (dev, image) in images {
+            if let Err(e) = dev.dev.unload_image(image) {
+                info::error(format_args!("device {}: {e}", dev.id));
+            }
+        }
     }
 }

@@ -91,6 +91,10 @@ pub struct Runtime {
     profiler: Option<profile::Profiler>,
     /// Set once, after start-up (tools connect through libomp, which may call back into us).
     observers: OnceLock<Vec<Box<dyn trace::Observer>>>,
+    /// Blocks handed out by `omp_target_alloc` and friends.
+    pub(crate) api_allocs: api::Allocations,
+    /// Kernel launches in progress (unregistration does not unload an image under them).
+    pub(crate) in_flight: launch::InFlight,
 }
 
 /// Where a construct should run.
@@ -116,6 +120,8 @@ impl Runtime {
             observers: OnceLock::new(),
             info_observer: info::InfoObserver::new(config.info_bits()),
             profiler: profile::Profiler::new(config.profile.clone(), config.profile_summary),
+            api_allocs: api::Allocations::default(),
+            in_flight: launch::InFlight::default(),
             config,
         }
     }
@@ -173,7 +179,19 @@ impl Runtime {
     /// `omp_get_num_devices()`.
     #[inline]
     pub fn num_devices(&self) -> i32 {
-        self.num_devices.load(Ordering::Acquire) as i32
+        let n = self.num_devices.load(Ordering::Acquire) as i32;
+        if n > 0 && self.disabled_by_user() && !self.clang19_programs_only() {
+            return 0;
+        }
+        n
+    }
+
+    /// `OMP_TARGET_OFFLOAD=DISABLED` (without fixing the policy, which waits for devices).
+    fn disabled_by_user(&self) -> bool {
+        match self.policy.get() {
+            Some(p) => *p == Policy::Disabled,
+            None => self.host.target_offload() == 0,
+        }
     }
 
     /// `omp_get_initial_device()`: one past the last offload device.
@@ -203,7 +221,7 @@ impl Runtime {
         *self.policy.get_or_init(|| match self.host.target_offload() {
             0 => Policy::Disabled,
             2 => Policy::Mandatory,
-            _ if self.num_devices() > 0 => Policy::Mandatory,
+            _ if self.num_devices.load(Ordering::Acquire) > 0 => Policy::Mandatory,
             _ => Policy::Disabled,
         })
     }

@@ -99,6 +99,32 @@ fn json_str(s: &str) -> String {
     out
 }
 
+/// Writes `bytes` into the file at `path` as the user named it: symlinks are followed and
+/// FIFOs and devices are written to, never replaced (no temporary file, no rename). A
+/// regular file is truncated first, unless it is the file our own stdout or stderr goes to
+/// (`/dev/stdout` redirected to a file): then the trace goes through that stream, after what
+/// the program wrote, instead of clobbering it.
+fn write_into(path: &str, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::MetadataExt as _;
+    let mut f = std::fs::OpenOptions::new().write(true).create(true).open(path)?;
+    let meta = f.metadata()?;
+    if meta.is_file() {
+        let same =
+            |fd: &str| std::fs::metadata(fd).map(|m| m.dev() == meta.dev() && m.ino() == meta.ino()).unwrap_or(false);
+        if same("/proc/self/fd/1") {
+            let mut out = std::io::stdout().lock();
+            return out.write_all(bytes).and_then(|_| out.flush());
+        }
+        if same("/proc/self/fd/2") {
+            return std::io::stderr().lock().write_all(bytes);
+        }
+        f.set_len(0)?;
+    }
+    f.write_all(bytes)?;
+    f.flush()
+}
+
 impl Profiler {
     /// A profiler when either the file or the summary was asked for.
     pub fn new(path: Option<String>, summary: bool) -> Option<Self> {
@@ -205,9 +231,7 @@ impl Profiler {
         }
         *done = true;
         if let Some(path) = &self.path {
-            let tmp = format!("{path}.tmp{}", std::process::id());
-            let written = std::fs::write(&tmp, self.json()).and_then(|_| std::fs::rename(&tmp, path));
-            if let Err(e) = written {
+            if let Err(e) = write_into(path, self.json().as_bytes()) {
                 crate::info::emit(&format!(
                     "omptarget warning: cannot write LIBOMPTARGET_PROFILE file '{path}': {e}\n"
                 ));

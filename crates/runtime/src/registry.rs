@@ -50,6 +50,9 @@ pub struct Registry {
     pub requires: Option<u64>,
     /// Whether each binary ever registered used clang 19's entry layout.
     legacy_layout: Vec<bool>,
+    /// Region ids of kernels whose binary was unregistered (until registered again): a
+    /// launch of one is a task still pending at exit or at `dlclose`, not a bad id.
+    pub retired: std::collections::HashSet<usize>,
 }
 
 impl LoadableImage {
@@ -153,6 +156,9 @@ impl Runtime {
         if reg.descs.iter().any(|d| d.key == desc.key) {
             return;
         }
+        for e in desc.entries.iter().filter(|e| e.is_kernel()) {
+            reg.retired.remove(&(e.addr as usize));
+        }
         for e in desc.entries.iter().filter(|e| e.is_requires()) {
             match reg.requires {
                 None => reg.requires = Some(e.data),
@@ -168,6 +174,8 @@ impl Runtime {
                                 "omptarget fatal error 2: '#pragma omp requires {}' not used consistently!\n",
                                 requires_clause(bit)
                             ));
+                            drop(reg);
+                            self.finish();
                             std::process::abort();
                         }
                     }
@@ -185,6 +193,18 @@ impl Runtime {
         self.generation.fetch_add(1, Ordering::AcqRel);
     }
 
+    /// `__tgt_register_lib` with a descriptor that cannot be read: reported, and fatal under
+    /// `OMP_TARGET_OFFLOAD=MANDATORY`, where running the binary's regions on the host would
+    /// hide the failure.
+    pub fn register_failed(&self, why: &str) {
+        info::error(format_args!("__tgt_register_lib: ignoring a malformed binary descriptor: {why}"));
+        if self.host().target_offload() == 2 {
+            info::emit("omptarget fatal error 1: a binary could not be registered while offloading is mandatory\n");
+            self.finish();
+            std::process::abort();
+        }
+    }
+
     /// `__tgt_unregister_lib`: forgets the binary's kernels. At the last unregistration the
     /// mapping tables are dumped when INFO asks for it.
     pub fn unregister_lib(&self, key: usize) {
@@ -192,9 +212,12 @@ impl Runtime {
         let Some(pos) = reg.descs.iter().position(|d| d.key == key) else { return };
         let desc = reg.descs.remove(pos);
         let last = reg.descs.is_empty();
+        reg.retired.extend(desc.entries.iter().filter(|e| e.is_kernel()).map(|e| e.addr as usize));
         drop(reg);
         for dev in self.devices() {
-            dev.forget_desc(&desc);
+            if let Some(image) = dev.forget_desc(&desc) {
+                self.in_flight.unload_when_idle(dev, image);
+            }
         }
         self.generation.fetch_add(1, Ordering::AcqRel);
         if last {
