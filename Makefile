@@ -3,7 +3,7 @@ CARGO ?= cargo
 DIST  := dist
 REL   := target/release
 
-.PHONY: all setup dist demo test unit e2e conformance bench fmt lint clean
+.PHONY: all setup dist devicertl-bc demo test unit e2e conformance bench fmt lint clean
 
 all: dist
 
@@ -18,8 +18,19 @@ dist:
 	ln -sfn libomptarget.so $(DIST)/lib/libomptarget.so.19.1
 	ln -sfn libomptarget.so $(DIST)/lib/libomptarget.so.22.1
 	cp -f $(REL)/libomptarget_devicertl.a $(DIST)/lib/libomptarget.devicertl.a
+	$(MAKE) devicertl-bc
 	cp -f $(REL)/ompcc $(DIST)/bin/ompcc.new && mv -f $(DIST)/bin/ompcc.new $(DIST)/bin/ompcc
 	cp -f $(REL)/offload-server $(DIST)/bin/offload-server.new && mv -f $(DIST)/bin/offload-server.new $(DIST)/bin/offload-server
+
+# The CPU device runtime again, as LLVM bitcode (rustc's LLVM, 22): one module of the crate alone
+# (no std: it only refers to libc and libomp), with flang 22's loop signatures. ompcc links it
+# into flang 22 device code with LTO (docs/devicertl.md). Own target directory: the rlib built
+# here has a different ABI (--cfg omp_devicertl_llvm22) and must not replace the workspace's.
+devicertl-bc:
+	mkdir -p $(DIST)/lib
+	$(CARGO) rustc --release -p omp-devicertl-host --lib --crate-type=rlib --target-dir target/devicertl-bc -- \
+	  -C codegen-units=1 -C panic=abort --cfg omp_devicertl_llvm22 --emit=llvm-bc=$(abspath target/devicertl-bc)/libomptarget.devicertl.bc
+	cp -f target/devicertl-bc/libomptarget.devicertl.bc $(DIST)/lib/libomptarget.devicertl.bc
 
 demo: setup dist
 	./scripts/demo.sh

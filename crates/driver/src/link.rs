@@ -145,7 +145,12 @@ pub fn link(ctx: &Ctx, compiled: &[Option<Compiled>], out: &str) -> Result<()> {
             std::fs::write(&path, bin.image)
                 .map_err(|e| Error::new(format!("cannot write {}: {e}", path.display())))?;
         }
-        devices.push(DeviceObj { triple: bin.triple().to_string(), arch: bin.arch().to_string(), path });
+        devices.push(DeviceObj {
+            triple: bin.triple().to_string(),
+            arch: bin.arch().to_string(),
+            path,
+            bitcode: bin.image_kind == ImageKind::Bitcode,
+        });
     }
 
     // The declare-target analysis of the whole program, before the device link can fail.
@@ -230,10 +235,32 @@ pub fn link(ctx: &Ctx, compiled: &[Option<Compiled>], out: &str) -> Result<()> {
         } else if !arch.is_empty() {
             c.arg(format!("-march={arch}"));
         }
-        c.args(objs.iter().map(|d| d.path.to_string_lossy().into_owned()));
+        // Device LTO (flang 22, CPU): the bitcode objects and the runtime's bitcode become one
+        // optimised object, which replaces them and the runtime archive in the link.
+        let bitcode: Vec<String> =
+            objs.iter().filter(|d| d.is_bitcode()).map(|d| d.path.to_string_lossy().into_owned()).collect();
+        let lto = if bitcode.is_empty() { None } else { device_lto(ctx, triple) };
+        let mut inputs: Vec<String> = Vec::new();
+        if let Some((lto, compiler)) = &lto {
+            let merged = ctx.temps.path(&crate::temps::stem(out), &format!("{triple}.lto.bc"));
+            let obj = ctx.temps.path(&crate::temps::stem(out), &format!("{triple}.lto.o"));
+            let opts: Vec<String> = args
+                .host_opts()
+                .filter(|o| o[0].starts_with("-O") || o[0].starts_with("-g"))
+                .flat_map(|o| o.iter().cloned())
+                .collect();
+            for cmd in crate::lto::commands(lto, compiler, triple, &bitcode, &opts, &merged, &obj) {
+                ctx.runner.run(&cmd)?;
+            }
+            inputs.push(obj.to_string_lossy().into_owned());
+            inputs.extend(objs.iter().filter(|d| !d.is_bitcode()).map(|d| d.path.to_string_lossy().into_owned()));
+        } else {
+            inputs.extend(objs.iter().map(|d| d.path.to_string_lossy().into_owned()));
+        }
+        c.args(inputs);
         if is_cpu_target(triple) {
             c.args(["-Wl,-Bsymbolic", "-shared"]);
-            if let Some(rtl) = &devicertl {
+            if let (Some(rtl), None) = (&devicertl, &lto) {
                 c.arg(rtl.to_string_lossy());
             }
         }
@@ -300,6 +327,18 @@ pub fn link(ctx: &Ctx, compiled: &[Option<Compiled>], out: &str) -> Result<()> {
     host.arg("-Wl,--enable-new-dtags").arg(format!("-Wl,-rpath,{rt_dir}"));
     host.arg("-o").arg(out);
     ctx.runner.run(&host)
+}
+
+/// The device LTO set-up for `triple` and the compiler (LLVM 22 or later) that optimises the
+/// merged module: flang when it is new enough, else clang.
+fn device_lto(ctx: &Ctx, triple: &str) -> Option<(crate::lto::DeviceLto, crate::toolchain::Tool)> {
+    let compiler = [ctx.tc.flang().ok(), Some(&ctx.tc.clang)]
+        .into_iter()
+        .flatten()
+        .find(|t| t.major >= crate::lto::BITCODE_LLVM)?
+        .clone();
+    let lto = crate::lto::for_target(&compiler, triple, ctx.args.runtime_dir.as_deref())?;
+    Some((lto, compiler))
 }
 
 /// Writes `lib` as an OffloadBinary and says where its payload lies.
