@@ -71,6 +71,10 @@ pub fn commands(
         Cmd::new(compiler.path.to_string_lossy(), format!("device LTO: optimising the device code for {triple}"));
     cc.arg(format!("--target={triple}")).arg("-fPIC");
     cc.args(opts.iter().cloned());
+    // LLVM's OpenMP optimisation pass (GPU-oriented) makes internal copies of the runtime's loop
+    // entry points and propagates the callback into them; the body then has two users when the
+    // inliner reaches it, loses the one-caller bonus, and bodies with inner loops stay calls.
+    cc.args(["-mllvm", "-openmp-opt-disable"]);
     cc.arg("-c").arg(merged.to_string_lossy()).arg("-o").arg(out.to_string_lossy());
     [link, cc]
 }
