@@ -23,14 +23,18 @@ dist:
 	cp -f $(REL)/offload-server $(DIST)/bin/offload-server.new && mv -f $(DIST)/bin/offload-server.new $(DIST)/bin/offload-server
 
 # The CPU device runtime again, as LLVM bitcode (rustc's LLVM, 22): one module of the crate alone
-# (no std: it only refers to libc and libomp), with flang 22's loop signatures. ompcc links it
-# into flang 22 device code with LTO (docs/devicertl.md). Own target directory: the rlib built
-# here has a different ABI (--cfg omp_devicertl_llvm22) and must not replace the workspace's.
+# (no std: it only refers to libc and libomp), in two ABIs: with LLVM 22's loop signatures
+# (libomptarget.devicertl.bc) and with LLVM 19's (libomptarget.devicertl.llvm19.bc). ompcc links
+# it into flang's device code with LTO (docs/devicertl.md). Own target directories: these rlibs
+# must not replace the workspace's.
+BC_FLAGS := -C codegen-units=1 -C panic=abort
 devicertl-bc:
 	mkdir -p $(DIST)/lib
 	$(CARGO) rustc --release -p omp-devicertl-host --lib --crate-type=rlib --target-dir target/devicertl-bc -- \
-	  -C codegen-units=1 -C panic=abort --cfg omp_devicertl_llvm22 --emit=llvm-bc=$(abspath target/devicertl-bc)/libomptarget.devicertl.bc
-	cp -f target/devicertl-bc/libomptarget.devicertl.bc $(DIST)/lib/libomptarget.devicertl.bc
+	  $(BC_FLAGS) --cfg omp_devicertl_llvm22 --emit=llvm-bc=$(abspath target/devicertl-bc)/libomptarget.devicertl.bc
+	$(CARGO) rustc --release -p omp-devicertl-host --lib --crate-type=rlib --target-dir target/devicertl-bc19 -- \
+	  $(BC_FLAGS) --emit=llvm-bc=$(abspath target/devicertl-bc19)/libomptarget.devicertl.llvm19.bc
+	cp -f target/devicertl-bc/libomptarget.devicertl.bc target/devicertl-bc19/libomptarget.devicertl.llvm19.bc $(DIST)/lib/
 
 demo: setup dist
 	./scripts/demo.sh

@@ -6,8 +6,10 @@
 # Builds (all through dist/bin/ompcc):
 #   f22-lto      flang-new-22, device LTO with dist/lib/libomptarget.devicertl.bc (ompcc's default)
 #   f22-archive  flang-new-22 with the native archive (OMPCC_DEVICE_LTO=0)
-#   f19          flang-new-19 with the archive; flang 19 cannot compile `teams distribute parallel
-#                do`, so its device loops are `target parallel do`
+#   f19-lto      flang-new-19, device LTO with libomptarget.devicertl.llvm19.bc (merged and
+#                optimised by LLVM 22's llvm-link/clang, which read LLVM 19 bitcode); flang 19
+#                cannot compile `teams distribute parallel do`: its device loops are `target parallel do`
+#   f19-archive  flang-new-19 with the native archive (OMPCC_DEVICE_LTO=0)
 #   c22          clang-22, C (clang's device code calls libomp, not the device runtime)
 # Goals (issue 14): dev/host <= 1.10 for f22-lto; speed-up 1 -> 2 threads >= 1.6x.
 # Usage: scripts/bench-fortran.sh                 (after `make dist`)
@@ -15,7 +17,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 trials=${TRIALS:-5}
-builds=${BUILDS:-f22-lto f22-archive f19 c22}
+builds=${BUILDS:-f22-lto f22-archive f19-lto f19-archive c22}
 sizes=${SIZES:-8000000 65536}
 ompcc=$root/dist/bin/ompcc
 [ -x "$ompcc" ] && [ -f "$root/dist/lib/libomptarget.devicertl.bc" ] \
@@ -31,7 +33,8 @@ build() { # name -> $work/<name>
   case "$b" in
     f22-lto) (cd "$work" && "$ompcc" --flang=flang-new-22 --clang=clang-22 "${target[@]}" bench.f90 -o "$b") ;;
     f22-archive) (cd "$work" && OMPCC_DEVICE_LTO=0 "$ompcc" --flang=flang-new-22 --clang=clang-22 "${target[@]}" bench.f90 -o "$b") ;;
-    f19) (cd "$work" && "$ompcc" --flang=flang-new-19 --clang=clang-19 "${target[@]}" -I"$root/.deps/include19" \
+    f19-lto|f19-archive) (cd "$work" && [ "$b" = f19-lto ] || export OMPCC_DEVICE_LTO=0
+            "$ompcc" --flang=flang-new-19 --clang=clang-19 "${target[@]}" -I"$root/.deps/include19" \
             -L"$root/.deps/lib19" bench19.f90 -o "$b") ;;
     c22) (cd "$work" && "$ompcc" --clang=clang-22 "${target[@]}" "$root/benches/c/tdpd_bench.c" -o "$b" -lm) ;;
     *) echo "bench-fortran: unknown build $b" >&2; return 1 ;;

@@ -241,7 +241,7 @@ pub fn link(ctx: &Ctx, compiled: &[Option<Compiled>], out: &str) -> Result<()> {
             objs.iter().filter(|d| d.is_bitcode()).map(|d| d.path.to_string_lossy().into_owned()).collect();
         let lto = if bitcode.is_empty() { None } else { device_lto(ctx, triple) };
         let mut inputs: Vec<String> = Vec::new();
-        if let Some((lto, compiler)) = &lto {
+        if let Some(lto) = &lto {
             let merged = ctx.temps.path(&crate::temps::stem(out), &format!("{triple}.lto.bc"));
             let obj = ctx.temps.path(&crate::temps::stem(out), &format!("{triple}.lto.o"));
             let opts: Vec<String> = args
@@ -249,7 +249,7 @@ pub fn link(ctx: &Ctx, compiled: &[Option<Compiled>], out: &str) -> Result<()> {
                 .filter(|o| o[0].starts_with("-O") || o[0].starts_with("-g"))
                 .flat_map(|o| o.iter().cloned())
                 .collect();
-            for cmd in crate::lto::commands(lto, compiler, triple, &bitcode, &opts, &merged, &obj) {
+            for cmd in crate::lto::commands(lto, triple, &bitcode, &opts, &merged, &obj) {
                 ctx.runner.run(&cmd)?;
             }
             inputs.push(obj.to_string_lossy().into_owned());
@@ -329,16 +329,11 @@ pub fn link(ctx: &Ctx, compiled: &[Option<Compiled>], out: &str) -> Result<()> {
     ctx.runner.run(&host)
 }
 
-/// The device LTO set-up for `triple` and the compiler (LLVM 22 or later) that optimises the
-/// merged module: flang when it is new enough, else clang.
-fn device_lto(ctx: &Ctx, triple: &str) -> Option<(crate::lto::DeviceLto, crate::toolchain::Tool)> {
-    let compiler = [ctx.tc.flang().ok(), Some(&ctx.tc.clang)]
-        .into_iter()
-        .flatten()
-        .find(|t| t.major >= crate::lto::BITCODE_LLVM)?
-        .clone();
-    let lto = crate::lto::for_target(&compiler, triple, ctx.args.runtime_dir.as_deref())?;
-    Some((lto, compiler))
+/// The device LTO set-up for `triple`, for bitcode made by this build's flang (or clang when
+/// there is no flang).
+fn device_lto(ctx: &Ctx, triple: &str) -> Option<crate::lto::DeviceLto> {
+    let producer = ctx.tc.flang().unwrap_or(&ctx.tc.clang);
+    crate::lto::for_target(producer, triple, ctx.args.runtime_dir.as_deref())
 }
 
 /// Writes `lib` as an OffloadBinary and says where its payload lies.

@@ -5,43 +5,75 @@
 //! the loop entry point into flang's code, the callback into the loop, and vectorises the loop,
 //! as it does for a host `parallel do`.
 //!
-//! Only LLVM 22 reads the runtime's bitcode, so flang 19 (and builds without the bitcode or
-//! without `llvm-link`) keep the native archive. `OMPCC_DEVICE_LTO=0` turns this off.
+//! The runtime's bitcode is written by LLVM 22, which reads the bitcode of older LLVMs but not the
+//! other way round: the merge and the optimisation always run with LLVM 22 tools (`llvm-link`
+//! and the compiler next to flang 22, or `llvm-link-22`/`clang-22` for flang 19). Two bitcode
+//! files exist because the loop entry points' signatures changed in LLVM 22 (a trailing `i8`),
+//! and LLVM only inlines a call whose type matches the definition: `libomptarget.devicertl.bc`
+//! for LLVM 22 code, `libomptarget.devicertl.llvm19.bc` for older. Without the LLVM 22 tools or
+//! the bitcode, the native archive is linked as before. `OMPCC_DEVICE_LTO=0` turns this off.
 
 use crate::exec::Cmd;
 use crate::toolchain::{is_cpu_target, which, Tool};
 use std::path::{Path, PathBuf};
 
-/// The LLVM major version the runtime bitcode is written by (rustc's LLVM); readers must be at
-/// least this new.
+/// The LLVM major version the runtime bitcode is written by (rustc's LLVM): the tools that read
+/// it must be at least this new.
 pub const BITCODE_LLVM: u32 = 22;
 
 /// What a device LTO link needs.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeviceLto {
     pub llvm_link: PathBuf,
+    /// An LLVM 22 (or later) compiler driver that turns the merged module into an object.
+    pub compiler: PathBuf,
     pub runtime: PathBuf,
 }
 
-/// Whether device code for `triple` compiled by `tool` goes through device LTO, and with what.
-pub fn for_target(tool: &Tool, triple: &str, runtime_dir: Option<&str>) -> Option<DeviceLto> {
-    if !is_cpu_target(triple) || tool.major < BITCODE_LLVM || disabled() {
-        return None;
+/// The runtime bitcode file for device code made by LLVM `major`.
+pub fn runtime_name(major: u32) -> &'static str {
+    if major >= 22 {
+        "libomptarget.devicertl.bc"
+    } else {
+        "libomptarget.devicertl.llvm19.bc"
     }
-    let runtime = crate::runtime::cpu_devicertl_bitcode(runtime_dir)?;
-    Some(DeviceLto { llvm_link: llvm_link(tool)?, runtime })
 }
 
-/// `OMPCC_DEVICE_LTO=0` (or `off`/`no`): keep the archive.
+/// Whether device code for `triple` made by `producer` goes through device LTO, and with what.
+pub fn for_target(producer: &Tool, triple: &str, runtime_dir: Option<&str>) -> Option<DeviceLto> {
+    if !is_cpu_target(triple) || producer.major < 19 || disabled() {
+        return None;
+    }
+    let runtime = crate::runtime::cpu_devicertl_bitcode(runtime_dir, runtime_name(producer.major))?;
+    let (llvm_link, compiler) = if producer.major >= BITCODE_LLVM {
+        (
+            beside(&producer.path, "llvm-link").or_else(|| which(&format!("llvm-link-{}", producer.major)))?,
+            producer.path.clone(),
+        )
+    } else {
+        newest_llvm_tools()?
+    };
+    Some(DeviceLto { llvm_link, compiler, runtime })
+}
+
+/// `OMPCC_DEVICE_LTO=0` (or `off`/`no`/`false`): keep the archive.
 fn disabled() -> bool {
     std::env::var("OMPCC_DEVICE_LTO").is_ok_and(|v| matches!(v.trim(), "0" | "off" | "no" | "false"))
 }
 
-/// `llvm-link` of the same LLVM as `tool`: next to its real path, else `llvm-link-NN` on PATH.
-fn llvm_link(tool: &Tool) -> Option<PathBuf> {
-    let real = std::fs::canonicalize(&tool.path).ok();
-    let beside = real.as_deref().and_then(Path::parent).map(|d| d.join("llvm-link")).filter(|p| p.is_file());
-    beside.or_else(|| which(&format!("llvm-link-{}", tool.major)))
+/// `name` in the directory of `tool`'s real path (`/usr/bin/flang-new-22` -> `/usr/lib/llvm-22/bin`).
+fn beside(tool: &Path, name: &str) -> Option<PathBuf> {
+    let real = std::fs::canonicalize(tool).ok()?;
+    Some(real.parent()?.join(name)).filter(|p| p.is_file())
+}
+
+/// `llvm-link` and `clang` of LLVM 22 (the only version ompcc knows that reads the bitcode).
+fn newest_llvm_tools() -> Option<(PathBuf, PathBuf)> {
+    let v = BITCODE_LLVM;
+    let dir = PathBuf::from(format!("/usr/lib/llvm-{v}/bin"));
+    let link = which(&format!("llvm-link-{v}")).or_else(|| Some(dir.join("llvm-link")).filter(|p| p.is_file()))?;
+    let clang = which(&format!("clang-{v}")).or_else(|| Some(dir.join("clang")).filter(|p| p.is_file()))?;
+    Some((link, clang))
 }
 
 /// True if `path` holds LLVM bitcode (raw or in the wrapper format).
@@ -54,7 +86,6 @@ pub fn is_bitcode(bytes: &[u8]) -> bool {
 /// optimisation and debug options (`opts`).
 pub fn commands(
     lto: &DeviceLto,
-    compiler: &Tool,
     triple: &str,
     inputs: &[String],
     opts: &[String],
@@ -68,7 +99,7 @@ pub fn commands(
     link.args(inputs.iter().cloned()).arg(lto.runtime.to_string_lossy());
     link.arg("-o").arg(merged.to_string_lossy());
     let mut cc =
-        Cmd::new(compiler.path.to_string_lossy(), format!("device LTO: optimising the device code for {triple}"));
+        Cmd::new(lto.compiler.to_string_lossy(), format!("device LTO: optimising the device code for {triple}"));
     cc.arg(format!("--target={triple}")).arg("-fPIC");
     cc.args(opts.iter().cloned());
     // LLVM's OpenMP optimisation pass (GPU-oriented) makes internal copies of the runtime's loop
@@ -92,10 +123,10 @@ mod tests {
     }
 
     #[test]
-    fn only_cpu_targets_and_llvm_22() {
-        let old = Tool { path: PathBuf::from("/nonexistent/flang-new-19"), major: 19 };
-        assert_eq!(for_target(&old, "x86_64-pc-linux-gnu", None), None);
+    fn cpu_targets_only_and_bitcode_per_abi() {
         let new = Tool { path: PathBuf::from("/nonexistent/flang-new-22"), major: 22 };
         assert_eq!(for_target(&new, "nvptx64-nvidia-cuda", None), None);
+        assert_eq!(runtime_name(22), "libomptarget.devicertl.bc");
+        assert_eq!(runtime_name(19), "libomptarget.devicertl.llvm19.bc");
     }
 }

@@ -54,12 +54,12 @@ pub fn cpu_devicertl(explicit: Option<&str>) -> Option<PathBuf> {
     dirs.into_iter().flatten().map(|d| d.join("libomptarget.devicertl.a")).find(|p| p.is_file() && !is_gpu_only(p))
 }
 
-/// The CPU device runtime as LLVM 22 bitcode (`libomptarget.devicertl.bc`), found like the
-/// archive: flang 22 device code is linked with it in one LTO module (see [`crate::lto`]).
-pub fn cpu_devicertl_bitcode(explicit: Option<&str>) -> Option<PathBuf> {
+/// The CPU device runtime as bitcode (`name`, see [`crate::lto::runtime_name`]), found like the
+/// archive: flang's device code is linked with it in one LTO module (see [`crate::lto`]).
+pub fn cpu_devicertl_bitcode(explicit: Option<&str>, name: &str) -> Option<PathBuf> {
     let env = std::env::var("OMPCC_RUNTIME_DIR").ok().filter(|s| !s.is_empty());
     let dirs = [explicit.map(PathBuf::from).or(env.map(PathBuf::from)), own_lib_dir()];
-    dirs.into_iter().flatten().map(|d| d.join("libomptarget.devicertl.bc")).find(|p| p.is_file())
+    dirs.into_iter().flatten().map(|d| d.join(name)).find(|p| p.is_file())
 }
 
 /// LLVM's own devicertl archive (clang 19) only holds GPU bitcode; it is no use to a CPU link.
