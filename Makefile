@@ -26,8 +26,10 @@ dist:
 # (no std: it only refers to libc and libomp), in two ABIs: with LLVM 22's loop signatures
 # (libomptarget.devicertl.bc) and with LLVM 19's (libomptarget.devicertl.llvm19.bc). ompcc links
 # it into flang's device code with LTO (docs/devicertl.md). Own target directories: these rlibs
-# must not replace the workspace's.
-BC_FLAGS := -C codegen-units=1 -C panic=abort
+# must not replace the workspace's. No debug info: flang's device code calls __kmpc_target_init
+# without a source location, which LLVM rejects in a function with debug info (-g) once the callee
+# is an inlinable definition with debug info.
+BC_FLAGS := -C codegen-units=1 -C panic=abort -C debuginfo=0
 devicertl-bc:
 	mkdir -p $(DIST)/lib
 	$(CARGO) rustc --release -p omp-devicertl-host --lib --crate-type=rlib --target-dir target/devicertl-bc -- \
