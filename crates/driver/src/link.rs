@@ -237,9 +237,23 @@ pub fn link(ctx: &Ctx, compiled: &[Option<Compiled>], out: &str) -> Result<()> {
         }
         // Device LTO (flang 22, CPU): the bitcode objects and the runtime's bitcode become one
         // optimised object, which replaces them and the runtime archive in the link.
-        let bitcode: Vec<String> =
+        // Fat objects (`ompcc -c`) carry their bitcode in a `.llvm.lto` section.
+        let lto = if is_cpu_target(triple) { device_lto(ctx, triple) } else { None };
+        let mut fat: Vec<(usize, PathBuf)> = Vec::new();
+        if let (Some(lto), false) = (&lto, ctx.runner.dry_run) {
+            for (i, d) in objs.iter().enumerate() {
+                if !d.is_bitcode() && std::fs::read(&d.path).is_ok_and(|b| crate::lto::may_be_fat(&b)) {
+                    let bc = ctx.temps.path(&crate::temps::stem(out), &format!("{triple}.fat{i}.bc"));
+                    ctx.runner.run(&crate::lto::extract_command(lto, &d.path, &bc))?;
+                    fat.push((i, bc));
+                }
+            }
+        }
+        let is_bc = |i: usize, d: &DeviceObj| d.is_bitcode() || fat.iter().any(|(j, _)| *j == i);
+        let mut bitcode: Vec<String> =
             objs.iter().filter(|d| d.is_bitcode()).map(|d| d.path.to_string_lossy().into_owned()).collect();
-        let lto = if bitcode.is_empty() { None } else { device_lto(ctx, triple) };
+        bitcode.extend(fat.iter().map(|(_, bc)| bc.to_string_lossy().into_owned()));
+        let lto = if bitcode.is_empty() { None } else { lto };
         let mut inputs: Vec<String> = Vec::new();
         if let Some(lto) = &lto {
             let merged = ctx.temps.path(&crate::temps::stem(out), &format!("{triple}.lto.bc"));
@@ -253,7 +267,12 @@ pub fn link(ctx: &Ctx, compiled: &[Option<Compiled>], out: &str) -> Result<()> {
                 ctx.runner.run(&cmd)?;
             }
             inputs.push(obj.to_string_lossy().into_owned());
-            inputs.extend(objs.iter().filter(|d| !d.is_bitcode()).map(|d| d.path.to_string_lossy().into_owned()));
+            inputs.extend(
+                objs.iter()
+                    .enumerate()
+                    .filter(|(i, d)| !is_bc(*i, d))
+                    .map(|(_, d)| d.path.to_string_lossy().into_owned()),
+            );
         } else {
             inputs.extend(objs.iter().map(|d| d.path.to_string_lossy().into_owned()));
         }

@@ -25,6 +25,8 @@ pub const BITCODE_LLVM: u32 = 22;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeviceLto {
     pub llvm_link: PathBuf,
+    /// `llvm-objcopy` of the same LLVM (takes the bitcode out of fat objects).
+    pub objcopy: PathBuf,
     /// An LLVM 22 (or later) compiler driver that turns the merged module into an object.
     pub compiler: PathBuf,
     pub runtime: PathBuf,
@@ -53,7 +55,9 @@ pub fn for_target(producer: &Tool, triple: &str, runtime_dir: Option<&str>) -> O
     } else {
         newest_llvm_tools()?
     };
-    Some(DeviceLto { llvm_link, compiler, runtime })
+    let name = llvm_link.file_name()?.to_str()?.replace("llvm-link", "llvm-objcopy");
+    let objcopy = llvm_link.with_file_name(name);
+    Some(DeviceLto { llvm_link, objcopy, compiler, runtime })
 }
 
 /// `OMPCC_DEVICE_LTO=0` (or `off`/`no`/`false`): keep the archive.
@@ -74,6 +78,27 @@ fn newest_llvm_tools() -> Option<(PathBuf, PathBuf)> {
     let link = which(&format!("llvm-link-{v}")).or_else(|| Some(dir.join("llvm-link")).filter(|p| p.is_file()))?;
     let clang = which(&format!("clang-{v}")).or_else(|| Some(dir.join("clang")).filter(|p| p.is_file()))?;
     Some((link, clang))
+}
+
+/// Whether `producer` can write fat LTO objects (a native object that also carries its bitcode in
+/// a `.llvm.lto` section), which `ompcc -c` uses for device code: any linker can link the native
+/// code, and ompcc's link takes the bitcode for device LTO. flang 19 has no fat LTO objects.
+pub fn fat_objects(producer: &Tool) -> bool {
+    producer.major >= BITCODE_LLVM
+}
+
+/// True if `bytes` (an ELF object) may carry a `.llvm.lto` section (fat LTO object): its name
+/// is in the section-name table. A cheap filter before asking objcopy for the section.
+pub fn may_be_fat(bytes: &[u8]) -> bool {
+    bytes.starts_with(b"\x7fELF") && bytes.windows(9).any(|w| w == b".llvm.lto")
+}
+
+/// The command that writes the `.llvm.lto` section of the fat object `obj` to `out`.
+pub fn extract_command(lto: &DeviceLto, obj: &Path, out: &Path) -> Cmd {
+    let mut c =
+        Cmd::new(lto.objcopy.to_string_lossy(), format!("device LTO: reading the bitcode of {}", obj.display()));
+    c.arg("--dump-section").arg(format!(".llvm.lto={}", out.display())).arg(obj.to_string_lossy());
+    c
 }
 
 /// True if `path` holds LLVM bitcode (raw or in the wrapper format).

@@ -224,13 +224,20 @@ impl Ctx<'_> {
                     c.args(o.iter().cloned());
                 }
             }
-            // flang 22 CPU device code as bitcode, for the device LTO link with the runtime.
+            // flang's CPU device code as bitcode, for the device LTO link with the runtime. For
+            // `-c`, a fat object (native code plus bitcode): an object with a bitcode device image
+            // could not be linked by flang's or clang's own driver.
             let lto = fortran
                 && !dt_opts.filter
                 && crate::lto::for_target(tool, triple, self.args.runtime_dir.as_deref()).is_some();
-            if lto {
+            let fat = lto && emit != Emit::ForLink;
+            if lto && (!fat || crate::lto::fat_objects(tool)) {
                 c.arg("-flto=full");
             }
+            if fat && crate::lto::fat_objects(tool) {
+                c.arg("-ffat-lto-objects");
+            }
+            let lto = lto && !fat;
             c.arg("-c");
             src(&mut c);
             c.arg("-o").arg(dev.to_string_lossy());
