@@ -293,3 +293,39 @@ fn c_program_still_works_with_the_devicertl() {
         vec![("sum", s(n * (n + 1) / 2)), ("initial", s(0)), ("host_initial", s(1)), ("team_ok", s(1)), ("count", s(n))]
     });
 }
+
+/// `ompcc -c` (flang 22) writes fat objects: native device code that flang's own driver links
+/// with the archive, plus bitcode that ompcc's link takes for device LTO. Both programs print
+/// the same.
+#[test]
+fn separately_compiled_fortran_links_both_ways() {
+    let llvm = Llvm::V22;
+    let src = program("fortran/target_parallel_do.f90");
+    let dir = scratch("devicertl-separate-22");
+    let ompcc = |args: &[&str]| {
+        let mut c = Command::new(repo_root().join("dist/bin/ompcc"));
+        c.current_dir(&dir).arg(format!("--clang={}", llvm.clang())).arg(format!("--flang={}", llvm.flang()));
+        c.args(["-fopenmp", "-fopenmp-targets=x86_64-pc-linux-gnu", "-O2"]).args(llvm.link_flags()).args(args);
+        let o = c.output().expect("run ompcc");
+        let stderr = String::from_utf8_lossy(&o.stderr).into_owned();
+        assert!(o.status.success(), "{c:?} failed:\n{stderr}");
+        stderr
+    };
+    ompcc(&["-c", src.to_str().unwrap(), "-o", "prog.o"]);
+    let linked = ompcc(&["--driver-mode=flang", "-v", "prog.o", "-o", "lto"]);
+    assert!(
+        linked.lines().any(|l| l.contains("--dump-section") && l.contains(".llvm.lto="))
+            && linked.lines().any(|l| l.contains("llvm-link") && l.contains("libomptarget.devicertl.bc")),
+        "ompcc did not take the bitcode of the fat object:\n{linked}"
+    );
+    let mut flang = Command::new(llvm.flang());
+    flang.current_dir(&dir).args(["-fopenmp", "-fopenmp-targets=x86_64-pc-linux-gnu"]).args(llvm.link_flags());
+    flang.arg("-Xoffload-linker-x86_64-pc-linux-gnu").arg(devicertl()).args(["prog.o", "-o", "archive"]);
+    let o = flang.output().expect("run flang");
+    assert!(o.status.success(), "{flang:?} failed:\n{}", String::from_utf8_lossy(&o.stderr));
+    let n = 10_000;
+    let expected = |threads: u32| vec![("n", s(n)), ("bad", s(0)), ("count", s(n)), ("threads", s(threads))];
+    let a = run_and_check(llvm, &dir.join("lto"), &expected);
+    let b = run_and_check(llvm, &dir.join("archive"), &expected);
+    assert_eq!(a, b, "the device-LTO and archive links printed different values");
+}
