@@ -327,13 +327,16 @@ macro_rules! loops {
         }
 
         /// `distribute parallel do`: this team's share, split among the threads of the current
-        /// libomp team, then a team barrier.
+        /// libomp team. No barrier: this composite construct is its own parallel region, which
+        /// holds nothing after the loop but the reduction epilogue (`__kmpc_reduce`, which
+        /// synchronises itself) and `lastprivate` copy-out (by the thread that ran the last
+        /// iteration, from its own copy), and the region's end joins the team anyway.
         ///
         /// # Safety
         /// As for the worksharing loop.
         #[no_mangle]
         pub unsafe extern "C" fn $dist_for(
-            loc: *mut Ident,
+            _loc: *mut Ident,
             body: Option<unsafe extern "C" fn($t, *mut c_void)>,
             ctx: *mut c_void,
             num_iters: $t,
@@ -353,7 +356,6 @@ macro_rules! loops {
                     unsafe { dist_for_chunked(body, ctx, n, bc, tc) };
                 }
             }
-            loop_barrier(loc);
         }
     };
 }
