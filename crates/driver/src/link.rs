@@ -235,8 +235,8 @@ pub fn link(ctx: &Ctx, compiled: &[Option<Compiled>], out: &str) -> Result<()> {
         } else if !arch.is_empty() {
             c.arg(format!("-march={arch}"));
         }
-        // Device LTO (flang 22, CPU): the bitcode objects and the runtime's bitcode become one
-        // optimised object, which replaces them and the runtime archive in the link.
+        // Device LTO (flang 22 and 19, CPU): the bitcode objects and the runtime's bitcode become
+        // one optimised object, which replaces them and the runtime archive in the link.
         // Fat objects (`ompcc -c`) carry their bitcode in a `.llvm.lto` section.
         let lto = if is_cpu_target(triple) { device_lto(ctx, triple) } else { None };
         let mut fat: Vec<(usize, PathBuf)> = Vec::new();
@@ -349,8 +349,12 @@ pub fn link(ctx: &Ctx, compiled: &[Option<Compiled>], out: &str) -> Result<()> {
 }
 
 /// The device LTO set-up for `triple`, for bitcode made by this build's flang (or clang when
-/// there is no flang).
+/// there is no flang). None under `--declare-target-filter`, which edits the native device
+/// code (the bitcode of a fat object would bring the removed functions back).
 fn device_lto(ctx: &Ctx, triple: &str) -> Option<crate::lto::DeviceLto> {
+    if ctx.args.declare_target.filter {
+        return None;
+    }
     let producer = ctx.tc.flang().unwrap_or(&ctx.tc.clang);
     crate::lto::for_target(producer, triple, ctx.args.runtime_dir.as_deref())
 }
