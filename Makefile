@@ -3,7 +3,7 @@ CARGO ?= cargo
 DIST  := dist
 REL   := target/release
 
-.PHONY: all setup dist demo test unit e2e conformance bench fmt lint clean
+.PHONY: all setup dist devicertl-bc demo test unit e2e conformance bench fmt lint clean
 
 all: dist
 
@@ -18,8 +18,25 @@ dist:
 	ln -sfn libomptarget.so $(DIST)/lib/libomptarget.so.19.1
 	ln -sfn libomptarget.so $(DIST)/lib/libomptarget.so.22.1
 	cp -f $(REL)/libomptarget_devicertl.a $(DIST)/lib/libomptarget.devicertl.a
+	$(MAKE) devicertl-bc
 	cp -f $(REL)/ompcc $(DIST)/bin/ompcc.new && mv -f $(DIST)/bin/ompcc.new $(DIST)/bin/ompcc
 	cp -f $(REL)/offload-server $(DIST)/bin/offload-server.new && mv -f $(DIST)/bin/offload-server.new $(DIST)/bin/offload-server
+
+# The CPU device runtime again, as LLVM bitcode (rustc's LLVM, 22): one module of the crate alone
+# (no std: it only refers to libc and libomp), in two ABIs: with LLVM 22's loop signatures
+# (libomptarget.devicertl.bc) and with LLVM 19's (libomptarget.devicertl.llvm19.bc). ompcc links
+# it into flang's device code with LTO (docs/devicertl.md). Own target directories: these rlibs
+# must not replace the workspace's. No debug info: flang's device code calls __kmpc_target_init
+# without a source location, which LLVM rejects in a function with debug info (-g) once the callee
+# is an inlinable definition with debug info.
+BC_FLAGS := -C codegen-units=1 -C panic=abort -C debuginfo=0
+devicertl-bc:
+	mkdir -p $(DIST)/lib
+	$(CARGO) rustc --release -p omp-devicertl-host --lib --crate-type=rlib --target-dir target/devicertl-bc -- \
+	  $(BC_FLAGS) --cfg omp_devicertl_llvm22 --emit=llvm-bc=$(abspath target/devicertl-bc)/libomptarget.devicertl.bc
+	$(CARGO) rustc --release -p omp-devicertl-host --lib --crate-type=rlib --target-dir target/devicertl-bc19 -- \
+	  $(BC_FLAGS) --emit=llvm-bc=$(abspath target/devicertl-bc19)/libomptarget.devicertl.llvm19.bc
+	cp -f target/devicertl-bc/libomptarget.devicertl.bc target/devicertl-bc19/libomptarget.devicertl.llvm19.bc $(DIST)/lib/
 
 demo: setup dist
 	./scripts/demo.sh

@@ -1,65 +1,47 @@
 ! Benchmark: the same loops as `target teams distribute parallel do` (device = host CPU, through
-! the device runtime) and as a plain host `parallel do`. Arrays are made resident with
-! `target enter data` first, so the timings compare loop execution, not host-to-device copies.
-! Kernels: compute (Newton iterations), libm (math-library calls), triad (memory-bound).
+! the CPU device runtime) and as a plain host `parallel do`, in one binary and one run. Arrays are
+! made resident with `target enter data` first, so the timings compare loop execution (and the
+! kernel launch, which shows on small arrays), not host-to-device copies.
+! Kernels: triad a = b + s*c; reduction sum(a*b); 5-point stencil on a 2-D array; one exp per
+! element. Usage: tdpd_bench N   (N elements per array; the 2-D array is about sqrt(N)^2).
 ! Prints: <kernel> device_s=<seconds per rep> host_s=<seconds per rep> check=<0 when results agree>
 program tdpd_bench
   use omp_lib
   implicit none
-  integer, parameter :: n = 8000000, reps = 20
-  real(8), allocatable :: x(:), y(:), yh(:)
-  real(8) :: t0, tdev, thost
-  integer :: i, r
+  integer :: n, nx, reps, i, r
+  real(8), allocatable :: a(:), b(:), c(:), ah(:), u(:,:), v(:,:), vh(:,:)
+  real(8) :: t0, tdev, thost, s, sh
+  character(len=32) :: arg
 
-  allocate(x(n), y(n), yh(n))
+  n = 8000000
+  if (command_argument_count() >= 1) then
+    call get_command_argument(1, arg)
+    read(arg, *) n
+  end if
+  n = max(n, 1024)
+  nx = int(sqrt(real(n, 8)))
+  ! About 40M element updates per measurement, whatever the size.
+  reps = max(3, 40000000 / n)
+
+  allocate(a(n), b(n), c(n), ah(n), u(nx, nx), v(nx, nx), vh(nx, nx))
   do i = 1, n
-    x(i) = 1.0d0 + mod(i, 1000) * 1.0d-3
+    b(i) = 1.0d0 + mod(i, 1000) * 1.0d-3
+    c(i) = 2.0d0 - mod(i, 777) * 1.0d-3
   end do
-  y = 0
-  yh = 0
-  !$omp target enter data map(to: x, y)
+  do i = 1, nx
+    u(:, i) = [(sin(0.001d0 * r * i), r = 1, nx)]
+  end do
+  a = 0
+  ah = 0
+  v = 0
+  vh = 0
+  !$omp target enter data map(to: a, b, c, u, v)
 
-  ! compute: a short per-element iteration (Newton steps for sqrt), enough arithmetic that the
-  ! loop is bound by the cores rather than by memory bandwidth.
-  call run_compute()
+  ! triad
+  call dev_triad()
   t0 = omp_get_wtime()
   do r = 1, reps
-    call run_compute()
-  end do
-  tdev = (omp_get_wtime() - t0) / reps
-  call host_compute()
-  t0 = omp_get_wtime()
-  do r = 1, reps
-    call host_compute()
-  end do
-  thost = (omp_get_wtime() - t0) / reps
-  !$omp target update from(y)
-  print '(a,es10.3,a,es10.3,a,i0)', 'compute device_s=', tdev, ' host_s=', thost, ' check=', &
-    count(abs(y - yh) > 1.0d-12)
-
-  ! libm: a body dominated by math-library calls, which neither side vectorizes: shows the cost
-  ! of the runtime itself once the body is not a handful of instructions.
-  call run_libm()
-  t0 = omp_get_wtime()
-  do r = 1, reps
-    call run_libm()
-  end do
-  tdev = (omp_get_wtime() - t0) / reps
-  call host_libm()
-  t0 = omp_get_wtime()
-  do r = 1, reps
-    call host_libm()
-  end do
-  thost = (omp_get_wtime() - t0) / reps
-  !$omp target update from(y)
-  print '(a,es10.3,a,es10.3,a,i0)', 'libm device_s=', tdev, ' host_s=', thost, ' check=', &
-    count(abs(y - yh) > 1.0d-12)
-
-  ! triad: memory-bound.
-  call run_triad()
-  t0 = omp_get_wtime()
-  do r = 1, reps
-    call run_triad()
+    call dev_triad()
   end do
   tdev = (omp_get_wtime() - t0) / reps
   call host_triad()
@@ -68,67 +50,134 @@ program tdpd_bench
     call host_triad()
   end do
   thost = (omp_get_wtime() - t0) / reps
-  !$omp target exit data map(from: y) map(delete: x)
-  print '(a,es10.3,a,es10.3,a,i0)', 'triad device_s=', tdev, ' host_s=', thost, ' check=', &
-    count(abs(y - yh) > 1.0d-9 * abs(yh))
+  !$omp target update from(a)
+  print '(a,es10.3,a,es10.3,a,i0)', 'triad device_s=', tdev, ' host_s=', thost, ' check=', count(a /= ah)
+
+  ! reduction: sum(a*b); results agree up to reassociation (relative 1e-12).
+  call dev_dot(s)
+  t0 = omp_get_wtime()
+  do r = 1, reps
+    call dev_dot(s)
+  end do
+  tdev = (omp_get_wtime() - t0) / reps
+  call host_dot(sh)
+  t0 = omp_get_wtime()
+  do r = 1, reps
+    call host_dot(sh)
+  end do
+  thost = (omp_get_wtime() - t0) / reps
+  print '(a,es10.3,a,es10.3,a,i0)', 'dot device_s=', tdev, ' host_s=', thost, ' check=', &
+    merge(0, 1, abs(s - sh) <= 1.0d-12 * abs(sh))
+
+  ! 5-point stencil on the 2-D array
+  call dev_stencil()
+  t0 = omp_get_wtime()
+  do r = 1, reps
+    call dev_stencil()
+  end do
+  tdev = (omp_get_wtime() - t0) / reps
+  call host_stencil()
+  t0 = omp_get_wtime()
+  do r = 1, reps
+    call host_stencil()
+  end do
+  thost = (omp_get_wtime() - t0) / reps
+  !$omp target update from(v)
+  print '(a,es10.3,a,es10.3,a,i0)', 'stencil device_s=', tdev, ' host_s=', thost, ' check=', count(v /= vh)
+
+  ! one exp per element (a vectorised exp may round differently: relative 1e-14)
+  call dev_exp()
+  t0 = omp_get_wtime()
+  do r = 1, reps
+    call dev_exp()
+  end do
+  tdev = (omp_get_wtime() - t0) / reps
+  call host_exp()
+  t0 = omp_get_wtime()
+  do r = 1, reps
+    call host_exp()
+  end do
+  thost = (omp_get_wtime() - t0) / reps
+  !$omp target update from(a)
+  print '(a,es10.3,a,es10.3,a,i0)', 'exp device_s=', tdev, ' host_s=', thost, ' check=', &
+    count(abs(a - ah) > 1.0d-14 * abs(ah))
+  !$omp target exit data map(delete: a, b, c, u, v)
 
 contains
 
-  subroutine run_compute()
-    integer :: j, k
-    real(8) :: g
-    !$omp target teams distribute parallel do private(g, k)
-    do j = 1, n
-      g = x(j)
-      do k = 1, 12
-        g = 0.5d0 * (g + x(j) / g)
-      end do
-      y(j) = g
-    end do
-  end subroutine run_compute
-
-  subroutine host_compute()
-    integer :: j, k
-    real(8) :: g
-    !$omp parallel do private(g, k)
-    do j = 1, n
-      g = x(j)
-      do k = 1, 12
-        g = 0.5d0 * (g + x(j) / g)
-      end do
-      yh(j) = g
-    end do
-  end subroutine host_compute
-
-  subroutine run_libm()
+  subroutine dev_triad()
     integer :: j
     !$omp target teams distribute parallel do
     do j = 1, n
-      y(j) = exp(-x(j)) * sin(x(j)) + log(x(j))
+      a(j) = b(j) + 1.5d0 * c(j)
     end do
-  end subroutine run_libm
-
-  subroutine host_libm()
-    integer :: j
-    !$omp parallel do
-    do j = 1, n
-      yh(j) = exp(-x(j)) * sin(x(j)) + log(x(j))
-    end do
-  end subroutine host_libm
-
-  subroutine run_triad()
-    integer :: j
-    !$omp target teams distribute parallel do
-    do j = 1, n
-      y(j) = y(j) + 2.0d0 * x(j)
-    end do
-  end subroutine run_triad
+  end subroutine dev_triad
 
   subroutine host_triad()
     integer :: j
     !$omp parallel do
     do j = 1, n
-      yh(j) = yh(j) + 2.0d0 * x(j)
+      ah(j) = b(j) + 1.5d0 * c(j)
     end do
   end subroutine host_triad
+
+  subroutine dev_dot(res)
+    real(8), intent(out) :: res
+    integer :: j
+    real(8) :: acc
+    acc = 0
+    !$omp target teams distribute parallel do reduction(+: acc) map(tofrom: acc)
+    do j = 1, n
+      acc = acc + b(j) * c(j)
+    end do
+    res = acc
+  end subroutine dev_dot
+
+  subroutine host_dot(res)
+    real(8), intent(out) :: res
+    integer :: j
+    real(8) :: acc
+    acc = 0
+    !$omp parallel do reduction(+: acc)
+    do j = 1, n
+      acc = acc + b(j) * c(j)
+    end do
+    res = acc
+  end subroutine host_dot
+
+  subroutine dev_stencil()
+    integer :: i2, j
+    !$omp target teams distribute parallel do private(i2)
+    do j = 2, nx - 1
+      do i2 = 2, nx - 1
+        v(i2, j) = 0.5d0 * u(i2, j) + 0.125d0 * (u(i2 - 1, j) + u(i2 + 1, j) + u(i2, j - 1) + u(i2, j + 1))
+      end do
+    end do
+  end subroutine dev_stencil
+
+  subroutine host_stencil()
+    integer :: i2, j
+    !$omp parallel do private(i2)
+    do j = 2, nx - 1
+      do i2 = 2, nx - 1
+        vh(i2, j) = 0.5d0 * u(i2, j) + 0.125d0 * (u(i2 - 1, j) + u(i2 + 1, j) + u(i2, j - 1) + u(i2, j + 1))
+      end do
+    end do
+  end subroutine host_stencil
+
+  subroutine dev_exp()
+    integer :: j
+    !$omp target teams distribute parallel do
+    do j = 1, n
+      a(j) = exp(-b(j)) * c(j)
+    end do
+  end subroutine dev_exp
+
+  subroutine host_exp()
+    integer :: j
+    !$omp parallel do
+    do j = 1, n
+      ah(j) = exp(-b(j)) * c(j)
+    end do
+  end subroutine host_exp
 end program tdpd_bench

@@ -11,8 +11,16 @@
 //! * Worksharing loops end with a team barrier: flang's device path drops the implicit barrier
 //!   of `!$omp do` (llvm-project PR #224040), which races when a later loop reads what another
 //!   thread wrote. For a `nowait` loop the barrier is only extra synchronisation.
-//! * LLVM 22 adds a trailing `i8 one_iteration_per_thread` (no-loop kernels). It is not declared
-//!   here because LLVM 19 callers do not pass it; running every iteration is right either way.
+//! * LLVM 22 adds a trailing `i8 one_iteration_per_thread` (no-loop kernels). The archive does not
+//!   declare it because LLVM 19 callers do not pass it; the bitcode form (built with
+//!   `--cfg omp_devicertl_llvm22`, only ever linked with LLVM 22 code) does, so its definitions
+//!   have exactly the type of flang 22's calls, which LLVM needs to inline them. Running every
+//!   iteration is right either way.
+//! * Unchunked loops (what flang emits unless `schedule(static, n)` / `dist_schedule` give a
+//!   chunk) take a short path: one block per thread, one plain counted loop over it. In the
+//!   bitcode form that loop is what LTO inlines into flang's outlined region, where the body
+//!   callback becomes a direct call, is inlined, and the loop is vectorised. Chunked loops take
+//!   the general path, kept out of line.
 
 use core::ffi::c_void;
 use core::ops::Range;
@@ -90,23 +98,31 @@ pub fn nested_share(
 }
 
 /// The integer types of the loop entry points (`_4`, `_4u`, `_8`, `_8u`).
-trait Iv: Copy {
+trait Iv: Copy + PartialOrd {
     /// A count argument as an iteration count (negative counts mean none).
     fn count(self) -> u64;
     /// An induction-variable value below a count that came from this type (lossless).
     fn from_iv(iv: u64) -> Self;
+    /// `self + 1`, for a value below a count of this type (cannot overflow).
+    fn succ(self) -> Self;
 }
 
 macro_rules! iv_impl {
     ($($t:ty),*) => {$(
         impl Iv for $t {
             #[allow(clippy::cast_sign_loss, clippy::unnecessary_cast)]
+            #[inline(always)]
             fn count(self) -> u64 {
                 if self <= 0 { 0 } else { self as u64 }
             }
             #[allow(clippy::cast_possible_truncation, clippy::cast_possible_wrap)]
+            #[inline(always)]
             fn from_iv(iv: u64) -> Self {
                 iv as $t
+            }
+            #[inline(always)]
+            fn succ(self) -> Self {
+                self.wrapping_add(1)
             }
         }
     )*};
@@ -120,9 +136,58 @@ fn thread_team() -> (u64, u64) {
     (u64::try_from(tid).unwrap_or(0), u64::try_from(threads).unwrap_or(1).max(1))
 }
 
+/// The calling thread's team id and team count from the kernel context.
+fn team() -> (u64, u64) {
+    let k = kernel::current();
+    (u64::try_from(k.team_id).unwrap_or(0), u64::try_from(k.num_teams).unwrap_or(1))
+}
+
+/// The one block `[start, end)` of worker `id` of `workers` (at least 1) in an unchunked `[0, n)`;
+/// the same block [`share`] gives with `chunk == 0`.
+fn block(n: u64, workers: u64, id: u64) -> (u64, u64) {
+    let workers = workers.max(1);
+    if id >= workers {
+        return (n, n);
+    }
+    let (q, r) = (n / workers, n % workers);
+    // id < workers, so id * q + min(id, r) + q + 1 <= n: no overflow.
+    let start = id * q + id.min(r);
+    (start, start + q + u64::from(id < r))
+}
+
+// The unchunked blocks and the end-of-loop barrier are computed out of line: what the loop entry
+// points keep inline is only the loop itself, so they stay small enough for LLVM to inline them
+// into flang's code (bitcode form) without any attribute.
+
+/// This thread's block of an unchunked worksharing loop over `[0, n)`.
+#[inline(never)]
+fn for_block(n: u64) -> (u64, u64) {
+    let (tid, threads) = thread_team();
+    block(n, threads, tid)
+}
+
+/// This team's block of an unchunked `distribute` over `[0, n)`.
+#[inline(never)]
+fn dist_block(n: u64) -> (u64, u64) {
+    let (team, teams) = team();
+    block(n, teams, team)
+}
+
+/// This thread's block of this team's block of an unchunked `distribute parallel do`.
+#[inline(never)]
+fn dist_for_block(n: u64) -> (u64, u64) {
+    let (team, teams) = team();
+    let (tid, threads) = thread_team();
+    let (tb, te) = block(n, teams, team);
+    let (start, end) = block(te - tb, threads, tid);
+    (tb + start, tb + end)
+}
+
 /// The implicit barrier at the end of a worksharing loop (none needed for a team of one).
-fn loop_barrier(loc: *mut Ident, threads: u64) {
-    if threads > 1 {
+#[inline(never)]
+fn loop_barrier(loc: *mut Ident) {
+    // SAFETY: libomp query without preconditions.
+    if unsafe { ffi::omp_get_num_threads() } > 1 {
         let loc = ffi::loc_or_default(loc);
         // SAFETY: called by every thread of the current libomp team, which all run the same loop
         // (worksharing loops are encountered by all threads of the team or by none).
@@ -130,22 +195,77 @@ fn loop_barrier(loc: *mut Ident, threads: u64) {
     }
 }
 
-/// Runs `body` over `ranges`.
+/// Runs `body` over `[start, end)`: the loop that, once inlined with a known `body`, becomes the
+/// user's loop. The counter has the entry point's own type, as the user's loop had.
 ///
 /// # Safety
-/// `body(iv, ctx)` is valid to call for every iv in `ranges` (compiler-generated loop body).
+/// `body(iv, ctx)` is valid to call for every iv in `[start, end)`, and `end` fits in `T`.
 #[inline(always)]
-unsafe fn run<T: Iv>(
+unsafe fn run_block<T: Iv>(body: unsafe extern "C" fn(T, *mut c_void), ctx: *mut c_void, start: u64, end: u64) {
+    let (mut iv, end) = (T::from_iv(start), T::from_iv(end));
+    while iv < end {
+        // SAFETY: per this function's contract.
+        unsafe { body(iv, ctx) };
+        iv = iv.succ();
+    }
+}
+
+/// Runs `body` over `ranges` (chunked schedules).
+///
+/// # Safety
+/// `body(iv, ctx)` is valid to call for every iv in `ranges`, which lie in `[0, n)` for a count
+/// `n` of type `T`.
+#[inline(never)]
+unsafe fn run_chunked<T: Iv>(
     body: unsafe extern "C" fn(T, *mut c_void),
     ctx: *mut c_void,
     ranges: impl Iterator<Item = Range<u64>>,
 ) {
     for r in ranges {
-        for iv in r {
-            // SAFETY: per this function's contract.
-            unsafe { body(T::from_iv(iv), ctx) };
-        }
+        // SAFETY: per this function's contract.
+        unsafe { run_block(body, ctx, r.start, r.end) };
     }
+}
+
+/// A chunked worksharing loop: this thread's round-robin chunks.
+///
+/// # Safety
+/// As for [`run_chunked`], over `[0, n)`.
+#[inline(never)]
+unsafe fn for_chunked<T: Iv>(body: unsafe extern "C" fn(T, *mut c_void), ctx: *mut c_void, n: u64, chunk: u64) {
+    let (tid, threads) = thread_team();
+    // SAFETY: forwarded contract.
+    unsafe { run_chunked(body, ctx, share(n, threads, tid, chunk)) };
+}
+
+/// A chunked `distribute`: this team's chunks.
+///
+/// # Safety
+/// As for [`run_chunked`], over `[0, n)`.
+#[inline(never)]
+unsafe fn dist_chunked<T: Iv>(body: unsafe extern "C" fn(T, *mut c_void), ctx: *mut c_void, n: u64, chunk: u64) {
+    let (team, teams) = team();
+    // SAFETY: forwarded contract.
+    unsafe { run_chunked(body, ctx, share(n, teams, team, chunk)) };
+}
+
+/// A `distribute parallel do` with a chunk at either level.
+///
+/// # Safety
+/// As for [`run_chunked`], over `[0, n)`.
+#[inline(never)]
+unsafe fn dist_for_chunked<T: Iv>(
+    body: unsafe extern "C" fn(T, *mut c_void),
+    ctx: *mut c_void,
+    n: u64,
+    block_chunk: u64,
+    thread_chunk: u64,
+) {
+    let (team, teams) = team();
+    let (tid, threads) = thread_team();
+    let ranges = nested_share(n, teams, team, block_chunk, threads, tid, thread_chunk);
+    // SAFETY: forwarded contract.
+    unsafe { run_chunked(body, ctx, ranges) };
 }
 
 macro_rules! loops {
@@ -163,14 +283,20 @@ macro_rules! loops {
             num_iters: $t,
             _num_threads: $t,
             thread_chunk: $t,
+            #[cfg(omp_devicertl_llvm22)] _one_iteration_per_thread: u8,
         ) {
-            let (tid, threads) = thread_team();
             if let Some(body) = body {
-                let ranges = share(num_iters.count(), threads, tid, thread_chunk.count());
-                // SAFETY: per this function's contract.
-                unsafe { run(body, ctx, ranges) };
+                let (n, chunk) = (num_iters.count(), thread_chunk.count());
+                if chunk == 0 {
+                    let (start, end) = for_block(n);
+                    // SAFETY: per this function's contract; end <= n fits in the type.
+                    unsafe { run_block(body, ctx, start, end) };
+                } else {
+                    // SAFETY: per this function's contract.
+                    unsafe { for_chunked(body, ctx, n, chunk) };
+                }
             }
-            loop_barrier(loc, threads);
+            loop_barrier(loc);
         }
 
         /// `distribute` over `[0, num_iters)`: the share of this kernel's team. Run by one thread
@@ -185,51 +311,51 @@ macro_rules! loops {
             ctx: *mut c_void,
             num_iters: $t,
             block_chunk: $t,
+            #[cfg(omp_devicertl_llvm22)] _one_iteration_per_thread: u8,
         ) {
-            let k = kernel::current();
             if let Some(body) = body {
-                let ranges = share(
-                    num_iters.count(),
-                    u64::try_from(k.num_teams).unwrap_or(1),
-                    u64::try_from(k.team_id).unwrap_or(0),
-                    block_chunk.count(),
-                );
-                // SAFETY: per this function's contract.
-                unsafe { run(body, ctx, ranges) };
+                let (n, chunk) = (num_iters.count(), block_chunk.count());
+                if chunk == 0 {
+                    let (start, end) = dist_block(n);
+                    // SAFETY: per this function's contract; end <= n fits in the type.
+                    unsafe { run_block(body, ctx, start, end) };
+                } else {
+                    // SAFETY: per this function's contract.
+                    unsafe { dist_chunked(body, ctx, n, chunk) };
+                }
             }
         }
 
         /// `distribute parallel do`: this team's share, split among the threads of the current
-        /// libomp team, then a team barrier.
+        /// libomp team. No barrier: this composite construct is its own parallel region, which
+        /// holds nothing after the loop but the reduction epilogue (`__kmpc_reduce`, which
+        /// synchronises itself) and `lastprivate` copy-out (by the thread that ran the last
+        /// iteration, from its own copy), and the region's end joins the team anyway.
         ///
         /// # Safety
         /// As for the worksharing loop.
         #[no_mangle]
         pub unsafe extern "C" fn $dist_for(
-            loc: *mut Ident,
+            _loc: *mut Ident,
             body: Option<unsafe extern "C" fn($t, *mut c_void)>,
             ctx: *mut c_void,
             num_iters: $t,
             _num_threads: $t,
             block_chunk: $t,
             thread_chunk: $t,
+            #[cfg(omp_devicertl_llvm22)] _one_iteration_per_thread: u8,
         ) {
-            let k = kernel::current();
-            let (tid, threads) = thread_team();
             if let Some(body) = body {
-                let ranges = nested_share(
-                    num_iters.count(),
-                    u64::try_from(k.num_teams).unwrap_or(1),
-                    u64::try_from(k.team_id).unwrap_or(0),
-                    block_chunk.count(),
-                    threads,
-                    tid,
-                    thread_chunk.count(),
-                );
-                // SAFETY: per this function's contract.
-                unsafe { run(body, ctx, ranges) };
+                let (n, bc, tc) = (num_iters.count(), block_chunk.count(), thread_chunk.count());
+                if bc == 0 && tc == 0 {
+                    let (start, end) = dist_for_block(n);
+                    // SAFETY: per this function's contract; end <= n fits in the type.
+                    unsafe { run_block(body, ctx, start, end) };
+                } else {
+                    // SAFETY: per this function's contract.
+                    unsafe { dist_for_chunked(body, ctx, n, bc, tc) };
+                }
             }
-            loop_barrier(loc, threads);
         }
     };
 }
@@ -285,6 +411,20 @@ mod tests {
     fn unchunked_blocks_are_contiguous_and_balanced() {
         let blocks: Vec<_> = (0..4).map(|id| pairs(share(10, 4, id, 0))).collect();
         assert_eq!(blocks, [[(0, 3)], [(3, 6)], [(6, 8)], [(8, 10)]]);
+    }
+
+    #[test]
+    fn fast_path_block_is_the_unchunked_share() {
+        for n in [0u64, 1, 5, 10, 1001, u64::MAX] {
+            for workers in 0..=9u64 {
+                for id in 0..=10u64 {
+                    let (start, end) = block(n, workers, id);
+                    let want: Vec<_> = pairs(share(n, workers, id, 0));
+                    let got: Vec<_> = if start < end { std::vec![(start, end)] } else { Vec::new() };
+                    assert_eq!(got, want, "n={n} workers={workers} id={id}");
+                }
+            }
+        }
     }
 
     #[test]

@@ -145,7 +145,12 @@ pub fn link(ctx: &Ctx, compiled: &[Option<Compiled>], out: &str) -> Result<()> {
             std::fs::write(&path, bin.image)
                 .map_err(|e| Error::new(format!("cannot write {}: {e}", path.display())))?;
         }
-        devices.push(DeviceObj { triple: bin.triple().to_string(), arch: bin.arch().to_string(), path });
+        devices.push(DeviceObj {
+            triple: bin.triple().to_string(),
+            arch: bin.arch().to_string(),
+            path,
+            bitcode: bin.image_kind == ImageKind::Bitcode,
+        });
     }
 
     // The declare-target analysis of the whole program, before the device link can fail.
@@ -230,10 +235,51 @@ pub fn link(ctx: &Ctx, compiled: &[Option<Compiled>], out: &str) -> Result<()> {
         } else if !arch.is_empty() {
             c.arg(format!("-march={arch}"));
         }
-        c.args(objs.iter().map(|d| d.path.to_string_lossy().into_owned()));
+        // Device LTO (flang 22 and 19, CPU): the bitcode objects and the runtime's bitcode become
+        // one optimised object, which replaces them and the runtime archive in the link.
+        // Fat objects (`ompcc -c`) carry their bitcode in a `.llvm.lto` section.
+        let lto = if is_cpu_target(triple) { device_lto(ctx, triple) } else { None };
+        let mut fat: Vec<(usize, PathBuf)> = Vec::new();
+        if let (Some(lto), false) = (&lto, ctx.runner.dry_run) {
+            for (i, d) in objs.iter().enumerate() {
+                if !d.is_bitcode() && std::fs::read(&d.path).is_ok_and(|b| crate::lto::may_be_fat(&b)) {
+                    let bc = ctx.temps.path(&crate::temps::stem(out), &format!("{triple}.fat{i}.bc"));
+                    ctx.runner.run(&crate::lto::extract_command(lto, &d.path, &bc))?;
+                    fat.push((i, bc));
+                }
+            }
+        }
+        let is_bc = |i: usize, d: &DeviceObj| d.is_bitcode() || fat.iter().any(|(j, _)| *j == i);
+        let mut bitcode: Vec<String> =
+            objs.iter().filter(|d| d.is_bitcode()).map(|d| d.path.to_string_lossy().into_owned()).collect();
+        bitcode.extend(fat.iter().map(|(_, bc)| bc.to_string_lossy().into_owned()));
+        let lto = if bitcode.is_empty() { None } else { lto };
+        let mut inputs: Vec<String> = Vec::new();
+        if let Some(lto) = &lto {
+            let merged = ctx.temps.path(&crate::temps::stem(out), &format!("{triple}.lto.bc"));
+            let obj = ctx.temps.path(&crate::temps::stem(out), &format!("{triple}.lto.o"));
+            let opts: Vec<String> = args
+                .host_opts()
+                .filter(|o| o[0].starts_with("-O") || o[0].starts_with("-g"))
+                .flat_map(|o| o.iter().cloned())
+                .collect();
+            for cmd in crate::lto::commands(lto, triple, &bitcode, &opts, &merged, &obj) {
+                ctx.runner.run(&cmd)?;
+            }
+            inputs.push(obj.to_string_lossy().into_owned());
+            inputs.extend(
+                objs.iter()
+                    .enumerate()
+                    .filter(|(i, d)| !is_bc(*i, d))
+                    .map(|(_, d)| d.path.to_string_lossy().into_owned()),
+            );
+        } else {
+            inputs.extend(objs.iter().map(|d| d.path.to_string_lossy().into_owned()));
+        }
+        c.args(inputs);
         if is_cpu_target(triple) {
             c.args(["-Wl,-Bsymbolic", "-shared"]);
-            if let Some(rtl) = &devicertl {
+            if let (Some(rtl), None) = (&devicertl, &lto) {
                 c.arg(rtl.to_string_lossy());
             }
         }
@@ -300,6 +346,17 @@ pub fn link(ctx: &Ctx, compiled: &[Option<Compiled>], out: &str) -> Result<()> {
     host.arg("-Wl,--enable-new-dtags").arg(format!("-Wl,-rpath,{rt_dir}"));
     host.arg("-o").arg(out);
     ctx.runner.run(&host)
+}
+
+/// The device LTO set-up for `triple`, for bitcode made by this build's flang (or clang when
+/// there is no flang). None under `--declare-target-filter`, which edits the native device
+/// code (the bitcode of a fat object would bring the removed functions back).
+fn device_lto(ctx: &Ctx, triple: &str) -> Option<crate::lto::DeviceLto> {
+    if ctx.args.declare_target.filter {
+        return None;
+    }
+    let producer = ctx.tc.flang().unwrap_or(&ctx.tc.clang);
+    crate::lto::for_target(producer, triple, ctx.args.runtime_dir.as_deref())
 }
 
 /// Writes `lib` as an OffloadBinary and says where its payload lies.

@@ -12,6 +12,7 @@ mod error;
 mod exec;
 mod inspect;
 mod link;
+mod lto;
 mod phases;
 mod runtime;
 mod temps;

@@ -17,6 +17,21 @@ pub struct DeviceObj {
     pub triple: String,
     pub arch: String,
     pub path: PathBuf,
+    /// LLVM bitcode rather than a native object (device LTO, see [`crate::lto`]).
+    pub bitcode: bool,
+}
+
+impl DeviceObj {
+    /// Bitcode, by what made it or (once it exists) by its contents.
+    pub fn is_bitcode(&self) -> bool {
+        self.bitcode
+            || std::fs::File::open(&self.path)
+                .and_then(|mut f| {
+                    let mut magic = [0u8; 4];
+                    std::io::Read::read_exact(&mut f, &mut magic).map(|()| magic)
+                })
+                .is_ok_and(|m| crate::lto::is_bitcode(&m))
+    }
 }
 
 /// What compiling one source produced.
@@ -209,12 +224,26 @@ impl Ctx<'_> {
                     c.args(o.iter().cloned());
                 }
             }
+            // flang's CPU device code as bitcode, for the device LTO link with the runtime. For
+            // `-c`, a fat object (native code plus bitcode): an object with a bitcode device image
+            // could not be linked by flang's or clang's own driver.
+            let lto = fortran
+                && !dt_opts.filter
+                && crate::lto::for_target(tool, triple, self.args.runtime_dir.as_deref()).is_some();
+            let fat = lto && emit != Emit::ForLink;
+            if lto && (!fat || crate::lto::fat_objects(tool)) {
+                c.arg("-flto=full");
+            }
+            if fat && crate::lto::fat_objects(tool) {
+                c.arg("-ffat-lto-objects");
+            }
+            let lto = lto && !fat;
             c.arg("-c");
             src(&mut c);
             c.arg("-o").arg(dev.to_string_lossy());
             c.note = Some(format!("{name}: pipeline for offload target {triple}"));
             dev_cmds.push(c);
-            devices.push(DeviceObj { triple: triple.to_string(), arch: self.arch(triple), path: dev });
+            devices.push(DeviceObj { triple: triple.to_string(), arch: self.arch(triple), path: dev, bitcode: lto });
         }
 
         let host = final_out(if emit == Emit::Assembly { "s" } else { "o" });
@@ -262,7 +291,8 @@ fn pack_devices(devices: &[DeviceObj], out: &Path) -> Result<()> {
     for d in devices {
         let image = std::fs::read(&d.path).map_err(|e| Error::new(format!("cannot read {}: {e}", d.path.display())))?;
         let strings = [("triple", d.triple.as_str()), ("arch", d.arch.as_str())];
-        buf.extend(omp_format::offload_binary::write(ImageKind::Object, OffloadKind::OpenMp, &strings, &image));
+        let kind = if crate::lto::is_bitcode(&image) { ImageKind::Bitcode } else { ImageKind::Object };
+        buf.extend(omp_format::offload_binary::write(kind, OffloadKind::OpenMp, &strings, &image));
     }
     std::fs::write(out, buf).map_err(|e| Error::new(format!("cannot write {}: {e}", out.display())))
 }

@@ -54,6 +54,14 @@ pub fn cpu_devicertl(explicit: Option<&str>) -> Option<PathBuf> {
     dirs.into_iter().flatten().map(|d| d.join("libomptarget.devicertl.a")).find(|p| p.is_file() && !is_gpu_only(p))
 }
 
+/// The CPU device runtime as bitcode (`name`, see [`crate::lto::runtime_name`]), found like the
+/// archive: flang's device code is linked with it in one LTO module (see [`crate::lto`]).
+pub fn cpu_devicertl_bitcode(explicit: Option<&str>, name: &str) -> Option<PathBuf> {
+    let env = std::env::var("OMPCC_RUNTIME_DIR").ok().filter(|s| !s.is_empty());
+    let dirs = [explicit.map(PathBuf::from).or(env.map(PathBuf::from)), own_lib_dir()];
+    dirs.into_iter().flatten().map(|d| d.join(name)).find(|p| p.is_file())
+}
+
 /// LLVM's own devicertl archive (clang 19) only holds GPU bitcode; it is no use to a CPU link.
 fn is_gpu_only(p: &Path) -> bool {
     std::fs::read(p).map(|d| d.windows(16).any(|w| w == b"devicertl-amdgpu")).unwrap_or(false)

@@ -80,6 +80,11 @@ fn driver_for(llvm: Llvm, src: &Path) -> String {
 /// Panics with the compiler's output if it fails.
 pub fn compile(llvm: Llvm, srcs: &[&Path], out: &Path, extra: &[&str]) {
     let mut cmd = Command::new(driver_for(llvm, srcs[0]));
+    // flang writes module files (`test_0.mod`) where it runs: run next to the output, never in
+    // the crate or project directory.
+    if let Some(dir) = out.parent().filter(|d| out.is_absolute() && d.is_dir()) {
+        cmd.current_dir(dir);
+    }
     cmd.args(["-fopenmp", "-fopenmp-targets=x86_64-pc-linux-gnu", "-g", "-O1"]);
     cmd.args(llvm.link_flags());
     cmd.args(extra);
