@@ -5,7 +5,7 @@ use crate::bail;
 use crate::error::{Error, Result};
 use crate::exec::Runner;
 use crate::link::link;
-use crate::phases::{Compiled, Ctx, Emit};
+use crate::pipeline::{Compiled, Ctx, Emit};
 use crate::temps::{stem, Temps};
 use crate::toolchain::{check_triple, Toolchain};
 use std::path::PathBuf;

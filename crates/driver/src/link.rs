@@ -10,7 +10,7 @@ use crate::declare_target::graph::Unit as DtUnit;
 use crate::embed::{registration_asm, Embedded};
 use crate::error::{Error, Result};
 use crate::exec::Cmd;
-use crate::phases::{run_all, Compiled, Ctx, DeviceObj};
+use crate::pipeline::{run_all, Compiled, Ctx, DeviceObj};
 use crate::toolchain::is_cpu_target;
 use crate::{bail, runtime};
 use omp_format::{ImageKind, OffloadBinary, OffloadKind};

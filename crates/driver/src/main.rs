@@ -13,7 +13,7 @@ mod exec;
 mod inspect;
 mod link;
 mod lto;
-mod phases;
+mod pipeline;
 mod runtime;
 mod temps;
 mod toolchain;

@@ -10,7 +10,7 @@ pub mod clang_ast;
 pub mod facts;
 pub mod fortran;
 pub mod graph;
-pub mod phases;
+pub mod marking;
 pub mod report;
 
 use crate::args::{Input, Lang};
@@ -18,7 +18,7 @@ use crate::error::{Error, Result};
 use crate::exec::Cmd;
 use crate::toolchain::Tool;
 use graph::{Compiler, DeviceType, Unit};
-use phases::Analysis;
+use marking::Analysis;
 use std::collections::HashMap;
 use std::io::{BufReader, Write};
 use std::process::{Command, Stdio};
@@ -198,7 +198,7 @@ fn shell_words(line: &str) -> Vec<String> {
 fn reconcile_with_flang(unit: &mut Unit) {
     let missed: Vec<(usize, DeviceType)> = {
         let local = graph::Graph::build(std::slice::from_ref(unit));
-        let m = phases::mark(&local, phases::Policy::of(Compiler::Flang));
+        let m = marking::mark(&local, marking::Policy::of(Compiler::Flang));
         let by_sym: HashMap<&str, usize> =
             unit.funcs.iter().enumerate().rev().map(|(i, f)| (f.sym.as_str(), i)).collect();
         unit.compiler_marks
@@ -283,13 +283,13 @@ pub fn finish(opts: &Options, a: &Analysis<'_>, units: &[Unit], removed: &[(Stri
 /// deferred to the link.
 pub fn check_unit(opts: &Options, unit: &Unit) -> Result<()> {
     let units = std::slice::from_ref(unit);
-    let a = phases::analyze(units, false);
+    let a = marking::analyze(units, false);
     finish(opts, &a, units, &[])
 }
 
 /// The analysis of the whole program at link time.
 pub fn check_program(units: &[Unit]) -> Analysis<'_> {
-    phases::analyze(units, true)
+    marking::analyze(units, true)
 }
 
 /// `--declare-target-filter`: takes host-only functions out of the device objects. A function

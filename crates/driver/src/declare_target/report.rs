@@ -1,7 +1,7 @@
 //! The `--declare-target-report` text and the error and warning lines of the analysis.
 
 use super::graph::{Compiler, Graph, NodeKind, RefKind, Unit};
-use super::phases::{chain, Analysis, Problem, Via};
+use super::marking::{chain, Analysis, Problem, Via};
 use std::fmt::Write;
 
 /// Longest chain printed in full; longer ones keep both ends.

@@ -1,4 +1,4 @@
-//! The phases of `declare target`: explicit marking (directives, merged), implicit marking
+//! Marking for `declare target`: explicit marking (directives, merged), implicit marking
 //! (everything a target region or a declare-target function references, transitively), deferred
 //! marking across units (done by [`Graph::build`] merging symbols), the checks that turn late
 //! failures into errors, and the list of functions the device can do without.
@@ -486,34 +486,22 @@ mod tests {
 
     #[test]
     fn linear_on_a_10000_node_dag() {
-        let u = wide_dag(10_000);
-        let t = std::time::Instant::now();
-        let units = [u];
+        // A per-path walk would never finish (Fibonacci(10000) paths); breadth-first marking
+        // visits each edge once.
+        let units = [wide_dag(10_000)];
         let an = analyze(&units, true);
-        let dt = t.elapsed();
         assert!((0..10_000).all(|i| an.marking.device_type(i) == Some(DeviceType::NoHost)));
-        // A per-path walk would never finish (Fibonacci(10000) paths); this is milliseconds
-        // even unoptimised.
-        assert!(dt.as_secs_f64() < 2.0, "{dt:?}");
         let ch = chain(&an.graph, &an.marking.device, 9_999);
         assert_eq!(ch.len(), 1 + 5_001, "BFS gives the shortest chain: region, f0, f2, …, f9998, f9999");
     }
 
     #[test]
-    fn time_grows_linearly_with_the_graph() {
-        // Best of three for 5,000 and 40,000 functions: linear is 8x, quadratic would be 64x.
-        let best = |n: usize| {
-            let units = [wide_dag(n)];
-            (0..3)
-                .map(|_| {
-                    let t = std::time::Instant::now();
-                    let an = analyze(&units, true);
-                    assert_eq!(an.graph.edge_count(), 2 * n - 2);
-                    t.elapsed().as_secs_f64()
-                })
-                .fold(f64::INFINITY, f64::min)
-        };
-        let (small, large) = (best(5_000), best(40_000));
-        assert!(large < small * 24.0 + 0.005, "5,000: {small:.6} s, 40,000: {large:.6} s");
+    fn a_large_graph_is_analyzed_whole() {
+        // 40,000 functions in a wide DAG: every edge is found and every function reached.
+        // (How the time grows with the graph is measured by the benchmark, not asserted here.)
+        let n = 40_000;
+        let units = [wide_dag(n)];
+        let an = analyze(&units, true);
+        assert_eq!(an.graph.edge_count(), 2 * n - 2);
     }
 }
