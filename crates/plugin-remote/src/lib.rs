@@ -82,9 +82,20 @@ struct Conn {
 /// A live session: its id, and why it ended if it did.
 struct SessionState {
     id: u64,
+    /// Carried by every call (`omp-session-secret`).
+    secret: MetadataValue<Ascii>,
     ended: Arc<Mutex<Option<String>>>,
     /// Dropping the sender closes the session stream: the server frees everything.
     _heartbeat: mpsc::Sender<SessionUp>,
+}
+
+impl SessionState {
+    /// `m` as a call of this session: with its secret.
+    fn req<T>(&self, m: T) -> tonic::Request<T> {
+        let mut r = tonic::Request::new(m);
+        r.metadata_mut().insert(omp_remote_proto::SESSION_KEY_HEADER, self.secret.clone());
+        r
+    }
 }
 
 fn uri(addr: &str, tls: bool) -> String {
@@ -209,7 +220,9 @@ impl Conn {
                 };
                 e.lock().unwrap().get_or_insert(why);
             });
-            Ok(Arc::new(SessionState { id: first.session, ended, _heartbeat: tx }))
+            let secret =
+                first.secret.parse().map_err(|_| PluginError(format!("{what}: the server sent a malformed secret")))?;
+            Ok(Arc::new(SessionState { id: first.session, secret, ended, _heartbeat: tx }))
         })?;
         if self.cfg.verbose {
             eprintln!("omptarget remote info: session {:#x} opened on offload-server {}", s.id, self.addr);
@@ -349,11 +362,11 @@ impl RemoteDevice {
     /// A control call: deadline `LIBOMPTARGET_RPC_LATENCY`.
     fn control<T, F, Fut>(&self, what: &str, f: F) -> Result<T>
     where
-        F: FnOnce(Client, u64) -> Fut,
+        F: FnOnce(Client, Arc<SessionState>) -> Fut,
         Fut: Future<Output = std::result::Result<tonic::Response<T>, tonic::Status>>,
     {
         let s = self.conn.session()?;
-        let fut = f(self.conn.client.clone(), s.id);
+        let fut = f(self.conn.client.clone(), s.clone());
         let c = &self.conn;
         block(Some(c.cfg.latency), &format!("{what} on {}", c.addr), async {
             fut.await.map(|r| r.into_inner()).map_err(|st| c.status(&s, st))
@@ -373,7 +386,11 @@ impl Device for RemoteDevice {
         let mut client = c.client.clone();
         let limit = c.cfg.latency * 4 + Duration::from_secs(total / (16 << 20));
         let r = block(Some(limit), &format!("loading an image on {}", c.addr), async {
-            client.load_image(tokio_stream::iter(chunks)).await.map(|r| r.into_inner()).map_err(|st| c.status(&s, st))
+            client
+                .load_image(s.req(tokio_stream::iter(chunks)))
+                .await
+                .map(|r| r.into_inner())
+                .map_err(|st| c.status(&s, st))
         })?;
         Ok(ImageId(r.image as usize))
     }
@@ -381,8 +398,9 @@ impl Device for RemoteDevice {
     fn kernel(&self, image: ImageId, name: &CStr) -> Result<KernelId> {
         let n = name.to_string_lossy().into_owned();
         let dev = self.index;
-        let r = self.control("resolving a kernel", |mut cl, session| async move {
-            cl.symbol(SymbolRequest { session, device: dev, image: image.0 as u64, name: n, kernel: true }).await
+        let r = self.control("resolving a kernel", |mut cl, s| async move {
+            cl.symbol(s.req(SymbolRequest { session: s.id, device: dev, image: image.0 as u64, name: n, kernel: true }))
+                .await
         })?;
         self.kernels.lock().unwrap().insert(r.value as usize, name.to_string_lossy().into_owned());
         Ok(KernelId(r.value as usize))
@@ -391,24 +409,31 @@ impl Device for RemoteDevice {
     fn global(&self, image: ImageId, name: &CStr) -> Result<usize> {
         let n = name.to_string_lossy().into_owned();
         let dev = self.index;
-        let r = self.control("resolving a global", |mut cl, session| async move {
-            cl.symbol(SymbolRequest { session, device: dev, image: image.0 as u64, name: n, kernel: false }).await
+        let r = self.control("resolving a global", |mut cl, s| async move {
+            cl.symbol(s.req(SymbolRequest {
+                session: s.id,
+                device: dev,
+                image: image.0 as u64,
+                name: n,
+                kernel: false,
+            }))
+            .await
         })?;
         Ok(r.value as usize)
     }
 
     fn alloc(&self, size: usize, kind: AllocKind) -> Result<usize> {
         let dev = self.index;
-        let r = self.control("allocating", |mut cl, session| async move {
-            cl.alloc(AllocRequest { session, device: dev, size: size as u64, kind: kind as u32 }).await
+        let r = self.control("allocating", |mut cl, s| async move {
+            cl.alloc(s.req(AllocRequest { session: s.id, device: dev, size: size as u64, kind: kind as u32 })).await
         })?;
         Ok(r.addr as usize)
     }
 
     fn free(&self, ptr: usize, _kind: AllocKind) -> Result<()> {
         let dev = self.index;
-        self.control("freeing", |mut cl, session| async move {
-            cl.free(FreeRequest { session, device: dev, addr: ptr as u64 }).await
+        self.control("freeing", |mut cl, s| async move {
+            cl.free(s.req(FreeRequest { session: s.id, device: dev, addr: ptr as u64 })).await
         })?;
         Ok(())
     }
@@ -425,9 +450,12 @@ impl Device for RemoteDevice {
         // SAFETY: the runtime hands us `[host, host+size)` as readable program memory for the
         // duration of this call; it is only read, chunk by chunk, before `block` returns.
         let src: &[u8] = unsafe { std::slice::from_raw_parts(host as *const u8, size) };
+        let stream = s.req(());
         block(None, &what.clone(), async {
             let (tx, rx) = mpsc::channel(c.cfg.inflight_chunks());
-            let call = tokio::spawn(async move { client.submit(ReceiverStream::new(rx)).await });
+            let (md, ext, ()) = stream.into_parts();
+            let req = tonic::Request::from_parts(md, ext, ReceiverStream::new(rx));
+            let call = tokio::spawn(async move { client.submit(req).await });
             let mut off = 0usize;
             while off < size {
                 let n = block_size.min(size - off);
@@ -485,7 +513,7 @@ impl Device for RemoteDevice {
             chunk: c.cfg.block_size as u32,
         };
         block(None, &what.clone(), async {
-            let mut stream = match tokio::time::timeout(latency, client.retrieve(req)).await {
+            let mut stream = match tokio::time::timeout(latency, client.retrieve(s.req(req))).await {
                 Ok(r) => r.map_err(|st| c.status(&s, st))?.into_inner(),
                 Err(_) => return Err(stalled()),
             };
@@ -509,14 +537,14 @@ impl Device for RemoteDevice {
             return Ok(());
         }
         let dev = self.index;
-        self.control("copying on the device", |mut cl, session| async move {
-            cl.copy_within(CopyWithinRequest {
-                session,
+        self.control("copying on the device", |mut cl, s| async move {
+            cl.copy_within(s.req(CopyWithinRequest {
+                session: s.id,
                 device: dev,
                 dst: dst as u64,
                 src: src as u64,
                 size: size as u64,
-            })
+            }))
             .await
         })?;
         Ok(())
@@ -536,15 +564,14 @@ impl Device for RemoteDevice {
         };
         let mut client = c.client.clone();
         // No deadline: kernels run as long as they run; keepalive pings notice a dead server.
-        block(None, "launching", async { client.launch(req).await.map(|_| ()).map_err(|st| c.status(&s, st)) }).map_err(
-            |e| {
+        block(None, "launching", async { client.launch(s.req(req)).await.map(|_| ()).map_err(|st| c.status(&s, st)) })
+            .map_err(|e| {
                 let name = self.kernels.lock().unwrap().get(&kernel.0).cloned();
                 match name {
                     Some(n) if !e.0.contains(&n) => PluginError(format!("{} (kernel '{n}')", e.0)),
                     _ => e,
                 }
-            },
-        )
+            })
     }
 
     fn info(&self) -> Vec<(String, String)> {

@@ -8,7 +8,6 @@ use omp_remote_proto::pb::*;
 use omp_remote_proto::PROTOCOL_VERSION;
 use omp_worker::{CallError, Request as Call, Response as Reply};
 use std::collections::{BTreeMap, HashMap};
-use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -54,7 +53,8 @@ fn within(map: &BTreeMap<u64, u64>, addr: u64, size: u64) -> bool {
 /// One client program's session.
 pub struct Session {
     pub id: u64,
-    peer: Option<SocketAddr>,
+    /// Given to the client that opened the session; every call must carry it.
+    secret: String,
     worker: Relay,
     owned: Mutex<Owned>,
     last_beat: Mutex<Instant>,
@@ -141,13 +141,16 @@ impl Service {
     }
 
     /// The live session `id`, if this connection opened it.
-    fn session(&self, id: u64, peer: Option<SocketAddr>) -> Result<Arc<Session>, Status> {
+    fn session(&self, id: u64, key: Option<&str>) -> Result<Arc<Session>, Status> {
         let s = self.sessions.lock().unwrap().get(&id).cloned();
         let s = s.ok_or_else(|| {
             Status::not_found(format!("no session {id:#x}: it never existed, ended, or its lease expired"))
         })?;
-        if s.peer != peer {
-            return Err(Status::permission_denied(format!("session {id:#x} belongs to another connection")));
+        if !same_secret(key.unwrap_or(""), &s.secret) {
+            return Err(Status::permission_denied(format!(
+                "session {id:#x} belongs to another client (calls must carry its secret in `{}`)",
+                omp_remote_proto::SESSION_KEY_HEADER
+            )));
         }
         if let Some(why) = s.ended.lock().unwrap().clone() {
             return Err(Status::aborted(format!("session ended: {why}")));
@@ -243,9 +246,10 @@ impl Offload for Handler {
             }
         };
         let mut death = worker.death.clone();
+        let secret = format!("{:016x}{:016x}", sys::random_u64(), sys::random_u64());
         let session = Arc::new(Session {
             id,
-            peer,
+            secret: secret.clone(),
             worker,
             owned: Mutex::default(),
             last_beat: Mutex::new(Instant::now()),
@@ -261,8 +265,9 @@ impl Offload for Handler {
         svc.sessions.lock().unwrap().insert(id, session.clone());
         let (tx, rx) = mpsc::channel(4);
         let lease = svc.cfg.lease;
-        let _ =
-            tx.send(Ok(SessionDown { session: id, lease_ms: lease.as_millis() as u32, ended: String::new() })).await;
+        let _ = tx
+            .send(Ok(SessionDown { session: id, lease_ms: lease.as_millis() as u32, ended: String::new(), secret }))
+            .await;
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(lease / 4);
             let mut told = false;
@@ -283,7 +288,7 @@ impl Offload for Handler {
                         let how = session.worker.died().unwrap_or_default();
                         session.end(&session.death_reason(&how));
                         let why = session.ended.lock().unwrap().clone().unwrap_or_default();
-                        let _ = tx.send(Ok(SessionDown { session: id, lease_ms: 0, ended: why })).await;
+                        let _ = tx.send(Ok(SessionDown { session: id, lease_ms: 0, ended: why, secret: String::new() })).await;
                     }
                 }
             };
@@ -294,10 +299,10 @@ impl Offload for Handler {
     }
 
     async fn load_image(&self, req: Request<Streaming<ImageChunk>>) -> Result<Response<LoadImageReply>, Status> {
-        let peer = req.remote_addr();
+        let key = session_key(&req);
         let mut stream = req.into_inner();
         let first = Service::first(&mut stream).await?;
-        let s = self.0.session(first.session, peer)?;
+        let s = self.0.session(first.session, key.as_deref())?;
         let device = self.0.device(first.device)?;
         let limit = self.0.cfg.max_image_bytes;
         if first.total_size > limit {
@@ -324,9 +329,9 @@ impl Offload for Handler {
     }
 
     async fn symbol(&self, req: Request<SymbolRequest>) -> Result<Response<SymbolReply>, Status> {
-        let peer = req.remote_addr();
+        let key = session_key(&req);
         let r = req.into_inner();
-        let s = self.0.session(r.session, peer)?;
+        let s = self.0.session(r.session, key.as_deref())?;
         let device = self.0.device(r.device)?;
         if r.name.len() > MAX_SYMBOL_NAME {
             return Err(Status::invalid_argument(format!("a symbol name of {} bytes is too long", r.name.len())));
@@ -364,9 +369,9 @@ impl Offload for Handler {
     }
 
     async fn alloc(&self, req: Request<AllocRequest>) -> Result<Response<AllocReply>, Status> {
-        let peer = req.remote_addr();
+        let key = session_key(&req);
         let r = req.into_inner();
-        let s = self.0.session(r.session, peer)?;
+        let s = self.0.session(r.session, key.as_deref())?;
         let device = self.0.device(r.device)?;
         if r.size == 0 {
             return Err(Status::invalid_argument("zero-size allocation"));
@@ -405,9 +410,9 @@ impl Offload for Handler {
     }
 
     async fn free(&self, req: Request<FreeRequest>) -> Result<Response<Empty>, Status> {
-        let peer = req.remote_addr();
+        let key = session_key(&req);
         let r = req.into_inner();
-        let s = self.0.session(r.session, peer)?;
+        let s = self.0.session(r.session, key.as_deref())?;
         let device = self.0.device(r.device)?;
         let size = s
             .owned
@@ -422,10 +427,10 @@ impl Offload for Handler {
     }
 
     async fn submit(&self, req: Request<Streaming<SubmitChunk>>) -> Result<Response<Empty>, Status> {
-        let peer = req.remote_addr();
+        let key = session_key(&req);
         let mut stream = req.into_inner();
         let first = Service::first(&mut stream).await?;
-        let s = self.0.session(first.session, peer)?;
+        let s = self.0.session(first.session, key.as_deref())?;
         let device = self.0.device(first.device)?;
         let (addr, total) = (first.addr, first.total_size);
         s.check_range(addr, total)?;
@@ -449,9 +454,9 @@ impl Offload for Handler {
     type RetrieveStream = Stream2<DataChunk>;
 
     async fn retrieve(&self, req: Request<RetrieveRequest>) -> Result<Response<Self::RetrieveStream>, Status> {
-        let peer = req.remote_addr();
+        let key = session_key(&req);
         let r = req.into_inner();
-        let s = self.0.session(r.session, peer)?;
+        let s = self.0.session(r.session, key.as_deref())?;
         let device = self.0.device(r.device)?;
         s.check_range(r.addr, r.size)?;
         let chunk = u64::from(r.chunk.clamp(4096, omp_remote_proto::MAX_CHUNK_BYTES));
@@ -475,9 +480,9 @@ impl Offload for Handler {
     }
 
     async fn copy_within(&self, req: Request<CopyWithinRequest>) -> Result<Response<Empty>, Status> {
-        let peer = req.remote_addr();
+        let key = session_key(&req);
         let r = req.into_inner();
-        let s = self.0.session(r.session, peer)?;
+        let s = self.0.session(r.session, key.as_deref())?;
         let device = self.0.device(r.device)?;
         s.check_range(r.src, r.size)?;
         s.check_range(r.dst, r.size)?;
@@ -487,9 +492,9 @@ impl Offload for Handler {
     }
 
     async fn launch(&self, req: Request<LaunchRequest>) -> Result<Response<Empty>, Status> {
-        let peer = req.remote_addr();
+        let key = session_key(&req);
         let r = req.into_inner();
-        let s = self.0.session(r.session, peer)?;
+        let s = self.0.session(r.session, key.as_deref())?;
         let device = self.0.device(r.device)?;
         if r.args.len() > MAX_KERNEL_ARGS {
             return Err(Status::invalid_argument(format!("{} kernel arguments are too many", r.args.len())));
@@ -535,6 +540,17 @@ impl Offload for Handler {
     }
 }
 
+/// The session secret a call carries.
+fn session_key<T>(req: &Request<T>) -> Option<String> {
+    req.metadata().get(omp_remote_proto::SESSION_KEY_HEADER).and_then(|v| v.to_str().ok()).map(str::to_string)
+}
+
+/// Compares secrets in constant time (in the expected secret's length).
+fn same_secret(given: &str, expected: &str) -> bool {
+    let (a, b) = (given.as_bytes(), expected.as_bytes());
+    a.iter().zip(b).fold(a.len() ^ b.len(), |d, (x, y)| d | usize::from(x ^ y)) == 0
+}
+
 /// Checks the client's token (constant time in the token's length).
 pub fn check_token(expected: Option<&str>, req: &Request<()>) -> Result<(), Status> {
     let Some(expected) = expected else { return Ok(()) };
@@ -544,9 +560,7 @@ pub fn check_token(expected: Option<&str>, req: &Request<()>) -> Result<(), Stat
             "this server requires a token (LIBOMPTARGET_RPC_TOKEN or LIBOMPTARGET_RPC_TOKEN_FILE)",
         ));
     };
-    let (a, b) = (given.as_bytes(), expected.as_bytes());
-    let diff = a.iter().zip(b).fold(a.len() ^ b.len(), |d, (x, y)| d | usize::from(x ^ y));
-    if diff != 0 {
+    if !same_secret(given, expected) {
         return Err(Status::unauthenticated("wrong token"));
     }
     Ok(())
