@@ -459,8 +459,8 @@ impl Offload for Handler {
         let s = self.0.session(r.session, key.as_deref())?;
         let device = self.0.device(r.device)?;
         s.check_range(r.addr, r.size)?;
-        let chunk = u64::from(r.chunk.clamp(4096, omp_remote_proto::MAX_CHUNK_BYTES));
-        let (tx, rx) = mpsc::channel(4);
+        let chunk = u64::from(r.chunk.clamp(4096, self.0.cfg.block_size));
+        let (tx, rx) = mpsc::channel(self.0.cfg.read_ahead(chunk));
         tokio::spawn(async move {
             let mut off = 0u64;
             while off < r.size {

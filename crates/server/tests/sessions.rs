@@ -313,3 +313,54 @@ async fn a_session_needs_its_secret_not_just_its_id() {
     }
     owner.free(FreeRequest { session: id, device: 0, addr }).await.expect("the owner's calls carry the secret");
 }
+
+/// Bad option values are usage errors (status 2, naming the option), never panics; a lease
+/// below the heartbeat floor is raised, and said.
+#[test]
+fn options_are_validated_with_usage_errors() {
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_offload-server"))
+            .args(args)
+            .env("OFFLOAD_SERVER_TOKEN", TOKEN)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run offload-server")
+    };
+    for bad in [
+        &["--lease", "0"][..],
+        &["--lease", "-1"],
+        &["--lease", "nan"],
+        &["--lease", "1e30"],
+        &["--max-sessions", "0"],
+        &["--devices", "100"],
+        &["--max-session-memory", "12X"],
+        &["--listen", "not-an-address"],
+    ] {
+        let o = run(bad);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{bad:?}: {err}");
+        assert!(err.contains(bad[0]) && !err.contains("panicked"), "{bad:?}: {err}");
+    }
+    let o = run(&["--help"]);
+    assert!(o.status.success() && String::from_utf8_lossy(&o.stdout).contains("--max-session-memory"));
+    let o = run(&["--man"]);
+    assert!(o.status.success() && String::from_utf8_lossy(&o.stdout).contains(".TH"), "{o:?}");
+}
+
+#[test]
+fn a_short_lease_is_raised_with_a_warning() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_offload-server"))
+        .args(["--listen", "127.0.0.1:0", "--lease", "0.1"])
+        .env("OFFLOAD_SERVER_TOKEN", TOKEN)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    assert!(line.starts_with("offload-server listening on"), "{line}");
+    let _ = child.kill();
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("warning: --lease 0.100s raised to 1s"), "{err}");
+}
