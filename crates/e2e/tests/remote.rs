@@ -209,7 +209,7 @@ fn info_names_the_server_of_a_device() {
     let o = run(&exe, &env);
     let err = text(&o.stderr);
     assert!(o.status.success(), "{err}");
-    assert!(err.contains(&format!("at {} (protocol 1) offers 4 devices", server.addr)), "{err}");
+    assert!(err.contains(&format!("at {} (protocol 2) offers 4 devices", server.addr)), "{err}");
     assert!(err.contains(&format!("opened on offload-server {}", server.addr)), "{err}");
     assert!(err.contains("\"PluginInterface\" device 4 info: Launching kernel __omp_offloading_"), "{err}");
 }
@@ -381,4 +381,22 @@ fn each_server_adds_its_devices_after_the_local_ones() {
     let (la, lb) = (a.wait_log("closed", Duration::from_secs(5)), b.wait_log("closed", Duration::from_secs(5)));
     assert_eq!(la.matches("opened for").count(), 1, "{la}");
     assert_eq!(lb.matches("opened for").count(), 2, "{lb}");
+}
+
+/// SIGPIPE is the program's: with remote devices configured (a live server with a session
+/// open, or no server at all) a program piped into a reader that stops still ends with
+/// SIGPIPE instead of writing forever. The plugin confines SIGPIPE to its own threads.
+#[test]
+fn sigpipe_stays_the_programs_own() {
+    use std::os::unix::process::ExitStatusExt;
+    let exe = build(Llvm::V22, "remote/yes.c");
+    let server = Server::insecure("sigpipe");
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
+    let cases = [("live server", server.env()), ("no server", vec![("LIBOMPTARGET_RPC_ADDRESS", dead)])];
+    for (what, env) in cases {
+        let mut child = spawn(&exe, &[], &env);
+        wait_line(&mut child, "offloaded 1", Duration::from_secs(60));
+        let (o, _) = wait_bounded(child, Duration::from_secs(30));
+        assert_eq!(o.status.signal(), Some(13), "{what}: {:?} {}", o.status, text(&o.stderr));
+    }
 }

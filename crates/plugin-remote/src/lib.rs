@@ -34,6 +34,7 @@ fn runtime() -> std::result::Result<&'static tokio::runtime::Runtime, PluginErro
         tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("omp-remote")
+            .on_thread_start(block_sigpipe)
             .enable_all()
             .build()
             .map_err(|e| e.to_string())
@@ -278,11 +279,13 @@ pub fn plugins_from_env() -> Vec<RemotePlugin> {
             return Vec::new();
         }
     };
+    for w in &cfg.warnings {
+        eprintln!("omptarget warning: remote plugin: {w}");
+    }
     if cfg.inside_worker && !cfg.addresses.is_empty() {
         eprintln!("omptarget error: remote-to-remote offloading is refused: this process is an offload-server worker");
         return Vec::new();
     }
-    ignore_sigpipe();
     cfg.addresses.iter().map(|a| RemotePlugin::new(a, cfg.clone())).collect()
 }
 
@@ -589,14 +592,17 @@ impl Device for RemoteDevice {
 }
 
 /// A write to a server that died raises SIGPIPE, whose default action would end the program
-/// silently; with it ignored the write fails and the runtime reports which server is gone.
-/// Only a default disposition is changed (a program's own handler is kept).
-fn ignore_sigpipe() {
-    // SAFETY: querying then setting a signal disposition; `old` is written by the kernel.
+/// silently. All of the plugin's socket writes happen on its runtime's threads, and SIGPIPE is
+/// sent to the thread that wrote: blocked there, it stays pending and the write fails with
+/// EPIPE, which names the server. The program's own threads and disposition are untouched, so
+/// a program piped into `head` still ends with SIGPIPE.
+fn block_sigpipe() {
+    // SAFETY: sigset_t is plain data initialised by sigemptyset; pthread_sigmask changes only
+    // the calling thread's mask.
     unsafe {
-        let mut old: libc::sigaction = std::mem::zeroed();
-        if libc::sigaction(libc::SIGPIPE, std::ptr::null(), &mut old) == 0 && old.sa_sigaction == libc::SIG_DFL {
-            libc::signal(libc::SIGPIPE, libc::SIG_IGN);
-        }
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGPIPE);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
     }
 }
