@@ -400,3 +400,22 @@ fn sigpipe_stays_the_programs_own() {
         assert_eq!(o.status.signal(), Some(13), "{what}: {:?} {}", o.status, text(&o.stderr));
     }
 }
+
+/// A program that ends normally closes its session: the server logs a normal close, not a
+/// protocol error. An unreachable server's error says each cause once.
+#[test]
+fn normal_exit_is_logged_as_normal() {
+    let server = Server::insecure("normal-exit");
+    let exe = build(Llvm::V22, "runtime/data_regions.c");
+    let o = run(&exe, &server.env());
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let log = server.wait_log("closed (", Duration::from_secs(10));
+    assert!(log.contains("closed (client closed the session)"), "{log}");
+    assert!(!log.contains("protocol error"), "{log}");
+
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
+    let o = run(&exe, &[("LIBOMPTARGET_RPC_ADDRESS", dead)]);
+    let err = text(&o.stderr);
+    assert!(err.contains("its devices are not available"), "{err}");
+    assert!(!err.contains("tcp connect error: tcp connect error"), "{err}");
+}

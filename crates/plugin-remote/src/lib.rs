@@ -78,6 +78,8 @@ struct Conn {
     hello: HelloReply,
     cfg: Arc<ClientConfig>,
     session: Mutex<Option<Arc<SessionState>>>,
+    /// Set when the program exits: no new session is opened.
+    closed: std::sync::atomic::AtomicBool,
 }
 
 /// A live session: its id, and why it ended if it did.
@@ -87,7 +89,8 @@ struct SessionState {
     secret: MetadataValue<Ascii>,
     ended: Arc<Mutex<Option<String>>>,
     /// Dropping the sender closes the session stream: the server frees everything.
-    _heartbeat: mpsc::Sender<SessionUp>,
+    /// Taking it ends the session stream normally (the server logs a normal close).
+    heartbeat: Mutex<Option<mpsc::Sender<SessionUp>>>,
 }
 
 impl SessionState {
@@ -169,7 +172,14 @@ impl Conn {
             let hello =
                 client.hello(hello).await.map_err(|s| PluginError(format!("{what}: {}", s.message())))?.into_inner();
             check::hello(&hello).map_err(|e| PluginError(format!("{what}: {e}")))?;
-            Ok(Conn { addr: addr.to_string(), client, hello, cfg, session: Mutex::new(None) })
+            Ok(Conn {
+                addr: addr.to_string(),
+                client,
+                hello,
+                cfg,
+                session: Mutex::new(None),
+                closed: std::sync::atomic::AtomicBool::new(false),
+            })
         })
     }
 
@@ -181,6 +191,9 @@ impl Conn {
                 return Err(self.err(&why));
             }
             return Ok(s.clone());
+        }
+        if self.closed.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(self.err("the program is exiting"));
         }
         let mut client = self.client.clone();
         let what = format!("opening a session on offload-server at {}", self.addr);
@@ -223,13 +236,25 @@ impl Conn {
             });
             let secret =
                 first.secret.parse().map_err(|_| PluginError(format!("{what}: the server sent a malformed secret")))?;
-            Ok(Arc::new(SessionState { id: first.session, secret, ended, _heartbeat: tx }))
+            Ok(Arc::new(SessionState { id: first.session, secret, ended, heartbeat: Mutex::new(Some(tx)) }))
         })?;
         if self.cfg.verbose {
             eprintln!("omptarget remote info: session {:#x} opened on offload-server {}", s.id, self.addr);
         }
         *slot = Some(s.clone());
         Ok(s)
+    }
+
+    /// Ends the session normally and waits (briefly) for the server to see the end, so that
+    /// it logs a normal close rather than a lost connection.
+    fn close(&self) {
+        self.closed.store(true, std::sync::atomic::Ordering::Release);
+        let Some(s) = self.session.lock().unwrap_or_else(|p| p.into_inner()).take() else { return };
+        s.heartbeat.lock().unwrap_or_else(|p| p.into_inner()).take();
+        let deadline = std::time::Instant::now() + self.cfg.latency.min(Duration::from_secs(2));
+        while s.ended.lock().unwrap_or_else(|p| p.into_inner()).is_none() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(2));
+        }
     }
 
     fn err(&self, msg: &str) -> PluginError {
@@ -248,15 +273,33 @@ impl Conn {
     }
 }
 
+/// An error and its sources, each said once (transport errors repeat their source's text:
+/// "tcp connect error: tcp connect error").
 fn source_chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
     let mut cur = e.source();
     while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
+        let t = c.to_string();
+        if !t.is_empty() && !s.contains(&t) {
+            s.push_str(": ");
+            s.push_str(&t);
+        }
         cur = c.source();
     }
     s
+}
+
+/// Connections whose sessions are closed when the program exits.
+static LIVE: Mutex<Vec<std::sync::Weak<Conn>>> = Mutex::new(Vec::new());
+
+/// Closes every open session at exit, so the servers log a normal end.
+extern "C" fn close_sessions_at_exit() {
+    let _ = std::panic::catch_unwind(|| {
+        let conns: Vec<_> = LIVE.lock().unwrap_or_else(|p| p.into_inner()).drain(..).collect();
+        for c in conns.iter().filter_map(std::sync::Weak::upgrade) {
+            c.close();
+        }
+    });
 }
 
 /// The plugin for one server.
@@ -265,6 +308,8 @@ pub struct RemotePlugin {
     name: String,
     cfg: Arc<ClientConfig>,
     conn: OnceLock<Option<Arc<Conn>>>,
+    /// Why the server's devices are missing (connection, Hello or token refused).
+    failure: OnceLock<String>,
 }
 
 /// One plugin per server in `LIBOMPTARGET_RPC_ADDRESS`, in order; none when it is unset.
@@ -291,7 +336,13 @@ pub fn plugins_from_env() -> Vec<RemotePlugin> {
 
 impl RemotePlugin {
     pub fn new(addr: &str, cfg: Arc<ClientConfig>) -> Self {
-        Self { addr: addr.to_string(), name: format!("remote({addr})"), cfg, conn: OnceLock::new() }
+        Self {
+            addr: addr.to_string(),
+            name: format!("remote({addr})"),
+            cfg,
+            conn: OnceLock::new(),
+            failure: OnceLock::new(),
+        }
     }
 
     /// The connection, made on first need; failures are reported once and the server's
@@ -310,10 +361,18 @@ impl RemotePlugin {
                             c.hello.triples.join(",")
                         );
                     }
-                    Some(Arc::new(c))
+                    let c = Arc::new(c);
+                    static AT_EXIT: std::sync::Once = std::sync::Once::new();
+                    // SAFETY: atexit takes a plain `extern "C" fn()`, which catches any panic.
+                    AT_EXIT.call_once(|| unsafe {
+                        libc::atexit(close_sessions_at_exit);
+                    });
+                    LIVE.lock().unwrap_or_else(|p| p.into_inner()).push(Arc::downgrade(&c));
+                    Some(c)
                 }
                 Err(e) => {
                     eprintln!("omptarget error: remote plugin: {e}; its devices are not available");
+                    let _ = self.failure.set(e.0);
                     None
                 }
             })
@@ -341,6 +400,11 @@ impl Plugin for RemotePlugin {
             return false;
         }
         self.conn().is_some_and(|c| c.hello.triples.iter().any(|t| arch_ok(t)))
+    }
+
+    fn unavailable(&self) -> Option<String> {
+        self.conn();
+        self.failure.get().map(|why| format!("the devices of offload-server at {} are not available: {why}", self.addr))
     }
 
     fn open_device(&self, index: usize) -> Result<Box<dyn Device>> {
@@ -604,5 +668,51 @@ fn block_sigpipe() {
         libc::sigemptyset(&mut set);
         libc::sigaddset(&mut set, libc::SIGPIPE);
         libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug)]
+    struct E(&'static str, Option<Box<E>>);
+    impl std::fmt::Display for E {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(self.0)
+        }
+    }
+    impl std::error::Error for E {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            self.1.as_deref().map(|e| e as _)
+        }
+    }
+
+    /// A server that is down: no devices, and the plugin says why (for MANDATORY).
+    #[test]
+    fn an_unreachable_server_says_why_its_devices_are_missing() {
+        let addr = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
+        let cfg = ClientConfig::from_env(|k| match k {
+            "LIBOMPTARGET_RPC_ADDRESS" => Some(addr.clone()),
+            "LIBOMPTARGET_RPC_LATENCY" => Some("2".into()),
+            _ => None,
+        })
+        .unwrap();
+        let p = RemotePlugin::new(&addr, Arc::new(cfg));
+        assert_eq!(p.device_count(), 0);
+        let why = p.unavailable().expect("a reason");
+        assert!(why.contains(&addr) && why.contains("refused"), "{why}");
+    }
+
+    #[test]
+    fn error_chains_say_each_cause_once() {
+        let e = E(
+            "transport error",
+            Some(Box::new(E(
+                "tcp connect error",
+                Some(Box::new(E("tcp connect error", Some(Box::new(E("Connection refused (os error 111)", None)))))),
+            ))),
+        );
+        assert_eq!(source_chain(&e), "transport error: tcp connect error: Connection refused (os error 111)");
     }
 }
