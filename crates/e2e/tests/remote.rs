@@ -419,3 +419,19 @@ fn normal_exit_is_logged_as_normal() {
     assert!(err.contains("its devices are not available"), "{err}");
     assert!(!err.contains("tcp connect error: tcp connect error"), "{err}");
 }
+
+/// A kernel's printf on a remote device reaches the program's stdout (stderr for stderr), in
+/// order with the program's own output, and not the server's log.
+#[test]
+fn kernel_output_is_forwarded_in_order() {
+    let server = Server::insecure("printf");
+    let exe = build(Llvm::V22, "remote/kernel_printf.c");
+    let o = run(&exe, &server.env());
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_eq!(
+        text(&o.stdout),
+        "host before\nkernel line 1\nkernel partial host after\nkernel 0\nhost 0\nkernel 1\nhost 1\nkernel 2\nhost 2\n"
+    );
+    assert!(text(&o.stderr).contains("kernel to stderr\n"), "{}", text(&o.stderr));
+    assert!(!server.log().contains("kernel"), "{}", server.log());
+}

@@ -91,6 +91,8 @@ struct SessionState {
     /// Dropping the sender closes the session stream: the server frees everything.
     /// Taking it ends the session stream normally (the server logs a normal close).
     heartbeat: Mutex<Option<mpsc::Sender<SessionUp>>>,
+    /// Bytes of the device code's output written to the program's streams so far.
+    output: Arc<std::sync::atomic::AtomicU64>,
 }
 
 impl SessionState {
@@ -223,11 +225,20 @@ impl Conn {
                 }
             });
             let e = ended.clone();
+            let output = Arc::new(std::sync::atomic::AtomicU64::new(0));
+            let seen = output.clone();
             tokio::spawn(async move {
                 let why = loop {
                     match down.message().await {
                         Ok(Some(m)) if !m.ended.is_empty() => break m.ended,
-                        Ok(Some(_)) => {}
+                        Ok(Some(m)) => {
+                            for (is_err, bytes) in [(false, &m.stdout), (true, &m.stderr)] {
+                                if !bytes.is_empty() {
+                                    write_program_output(is_err, bytes);
+                                    seen.fetch_add(bytes.len() as u64, std::sync::atomic::Ordering::AcqRel);
+                                }
+                            }
+                        }
                         Ok(None) => break "the server closed the session".to_string(),
                         Err(s) => break format!("session lost: {}", s.message()),
                     }
@@ -236,7 +247,7 @@ impl Conn {
             });
             let secret =
                 first.secret.parse().map_err(|_| PluginError(format!("{what}: the server sent a malformed secret")))?;
-            Ok(Arc::new(SessionState { id: first.session, secret, ended, heartbeat: Mutex::new(Some(tx)) }))
+            Ok(Arc::new(SessionState { id: first.session, secret, ended, heartbeat: Mutex::new(Some(tx)), output }))
         })?;
         if self.cfg.verbose {
             eprintln!("omptarget remote info: session {:#x} opened on offload-server {}", s.id, self.addr);
@@ -287,6 +298,27 @@ fn source_chain(e: &dyn std::error::Error) -> String {
         cur = c.source();
     }
     s
+}
+
+extern "C" {
+    static mut stdout: *mut libc::FILE;
+    static mut stderr: *mut libc::FILE;
+}
+
+/// Writes device output into the program's own C streams, so it takes the program's
+/// buffering (line-buffered on a terminal) and its place among the program's own output.
+fn write_program_output(is_err: bool, bytes: &[u8]) {
+    // SAFETY: `stdout`/`stderr` are the C library's stream pointers, valid for the life of
+    // the program; fwrite locks the stream and reads `bytes.len()` bytes from our slice.
+    unsafe {
+        let f = if is_err { stderr } else { stdout };
+        if !f.is_null() {
+            libc::fwrite(bytes.as_ptr().cast(), 1, bytes.len(), f);
+            if is_err {
+                libc::fflush(f);
+            }
+        }
+    }
 }
 
 /// Connections whose sessions are closed when the program exits.
@@ -631,14 +663,26 @@ impl Device for RemoteDevice {
         };
         let mut client = c.client.clone();
         // No deadline: kernels run as long as they run; keepalive pings notice a dead server.
-        block(None, "launching", async { client.launch(s.req(req)).await.map(|_| ()).map_err(|st| c.status(&s, st)) })
-            .map_err(|e| {
-                let name = self.kernels.lock().unwrap().get(&kernel.0).cloned();
-                match name {
-                    Some(n) if !e.0.contains(&n) => PluginError(format!("{} (kernel '{n}')", e.0)),
-                    _ => e,
-                }
-            })
+        let latency = c.cfg.latency;
+        block(None, "launching", async {
+            let r = client.launch(s.req(req)).await.map_err(|st| c.status(&s, st))?.into_inner();
+            // The kernel's output comes on the session stream: deliver it before returning, so
+            // that it precedes what the program prints next (bounded: a lost chunk only delays).
+            let deadline = tokio::time::Instant::now() + latency;
+            while s.output.load(std::sync::atomic::Ordering::Acquire) < r.output_bytes
+                && tokio::time::Instant::now() < deadline
+            {
+                tokio::time::sleep(Duration::from_micros(200)).await;
+            }
+            Ok(())
+        })
+        .map_err(|e| {
+            let name = self.kernels.lock().unwrap().get(&kernel.0).cloned();
+            match name {
+                Some(n) if !e.0.contains(&n) => PluginError(format!("{} (kernel '{n}')", e.0)),
+                _ => e,
+            }
+        })
     }
 
     fn info(&self) -> Vec<(String, String)> {

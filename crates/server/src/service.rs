@@ -234,7 +234,7 @@ impl Offload for Handler {
         let slot = Slot::take(&svc.slots, svc.cfg.max_sessions).ok_or_else(|| {
             Status::resource_exhausted(format!("the server is at its limit of {} sessions", svc.cfg.max_sessions))
         })?;
-        let worker = {
+        let (worker, mut output) = {
             Relay::spawn(&svc.cfg.worker_exe, svc.cfg.devices, &svc.cfg.lib_path)
                 .await
                 .map_err(|e| Status::unavailable(format!("cannot start a device worker: {e}")))?
@@ -265,9 +265,8 @@ impl Offload for Handler {
         svc.sessions.lock().unwrap().insert(id, session.clone());
         let (tx, rx) = mpsc::channel(4);
         let lease = svc.cfg.lease;
-        let _ = tx
-            .send(Ok(SessionDown { session: id, lease_ms: lease.as_millis() as u32, ended: String::new(), secret }))
-            .await;
+        let first = SessionDown { session: id, lease_ms: lease.as_millis() as u32, secret, ..Default::default() };
+        let _ = tx.send(Ok(first)).await;
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(lease / 4);
             let mut told = false;
@@ -278,6 +277,14 @@ impl Offload for Handler {
                         Ok(None) => break "client closed the session".to_string(),
                         Err(e) => break format!("client disconnected ({})", e.message()),
                     },
+                    Some((is_err, bytes)) = output.recv() => {
+                        let m = if is_err {
+                            SessionDown { session: id, stderr: bytes.into(), ..Default::default() }
+                        } else {
+                            SessionDown { session: id, stdout: bytes.into(), ..Default::default() }
+                        };
+                        let _ = tx.send(Ok(m)).await;
+                    }
                     _ = tick.tick() => {
                         if session.last_beat.lock().unwrap().elapsed() > lease {
                             break format!("lease of {:?} expired", lease);
@@ -288,7 +295,7 @@ impl Offload for Handler {
                         let how = session.worker.died().unwrap_or_default();
                         session.end(&session.death_reason(&how));
                         let why = session.ended.lock().unwrap().clone().unwrap_or_default();
-                        let _ = tx.send(Ok(SessionDown { session: id, lease_ms: 0, ended: why, secret: String::new() })).await;
+                        let _ = tx.send(Ok(SessionDown { session: id, ended: why, ..Default::default() })).await;
                     }
                 }
             };
@@ -491,7 +498,7 @@ impl Offload for Handler {
         Ok(Response::new(Empty {}))
     }
 
-    async fn launch(&self, req: Request<LaunchRequest>) -> Result<Response<Empty>, Status> {
+    async fn launch(&self, req: Request<LaunchRequest>) -> Result<Response<LaunchReply>, Status> {
         let key = session_key(&req);
         let r = req.into_inner();
         let s = self.0.session(r.session, key.as_deref())?;
@@ -532,7 +539,7 @@ impl Offload for Handler {
         }
         drop(running);
         r?;
-        Ok(Response::new(Empty {}))
+        Ok(Response::new(LaunchReply { output_bytes: s.worker.output_bytes() }))
     }
 
     async fn ping(&self, _req: Request<Empty>) -> Result<Response<Empty>, Status> {
