@@ -435,3 +435,16 @@ fn kernel_output_is_forwarded_in_order() {
     assert!(text(&o.stderr).contains("kernel to stderr\n"), "{}", text(&o.stderr));
     assert!(!server.log().contains("kernel"), "{}", server.log());
 }
+
+/// A lease shorter than the heartbeat floor is raised (and said), so a 3 s kernel on a server
+/// started with `--lease 0.2` finishes instead of losing its session.
+#[test]
+fn a_tiny_lease_does_not_kill_a_running_kernel() {
+    let server = Server::start("tiny-lease", &["--insecure-loopback", "--lease", "0.2"]);
+    let exe = build(Llvm::V22, "remote/overlap.c");
+    let o = run(&exe, &server.env());
+    let out = text(&o.stdout);
+    assert!(o.status.success(), "{out}\n{}\n{}", text(&o.stderr), server.log());
+    assert!(out.contains("copies ok=1 equal=1"), "{out}");
+    assert!(server.log().contains("--lease 0.200s raised to 1s"), "{}", server.log());
+}
