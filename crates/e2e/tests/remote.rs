@@ -209,7 +209,7 @@ fn info_names_the_server_of_a_device() {
     let o = run(&exe, &env);
     let err = text(&o.stderr);
     assert!(o.status.success(), "{err}");
-    assert!(err.contains(&format!("at {} (protocol 1) offers 4 devices", server.addr)), "{err}");
+    assert!(err.contains(&format!("at {} (protocol 2) offers 4 devices", server.addr)), "{err}");
     assert!(err.contains(&format!("opened on offload-server {}", server.addr)), "{err}");
     assert!(err.contains("\"PluginInterface\" device 4 info: Launching kernel __omp_offloading_"), "{err}");
 }
@@ -381,4 +381,70 @@ fn each_server_adds_its_devices_after_the_local_ones() {
     let (la, lb) = (a.wait_log("closed", Duration::from_secs(5)), b.wait_log("closed", Duration::from_secs(5)));
     assert_eq!(la.matches("opened for").count(), 1, "{la}");
     assert_eq!(lb.matches("opened for").count(), 2, "{lb}");
+}
+
+/// SIGPIPE is the program's: with remote devices configured (a live server with a session
+/// open, or no server at all) a program piped into a reader that stops still ends with
+/// SIGPIPE instead of writing forever. The plugin confines SIGPIPE to its own threads.
+#[test]
+fn sigpipe_stays_the_programs_own() {
+    use std::os::unix::process::ExitStatusExt;
+    let exe = build(Llvm::V22, "remote/yes.c");
+    let server = Server::insecure("sigpipe");
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
+    let cases = [("live server", server.env()), ("no server", vec![("LIBOMPTARGET_RPC_ADDRESS", dead)])];
+    for (what, env) in cases {
+        let mut child = spawn(&exe, &[], &env);
+        wait_line(&mut child, "offloaded 1", Duration::from_secs(60));
+        let (o, _) = wait_bounded(child, Duration::from_secs(30));
+        assert_eq!(o.status.signal(), Some(13), "{what}: {:?} {}", o.status, text(&o.stderr));
+    }
+}
+
+/// A program that ends normally closes its session: the server logs a normal close, not a
+/// protocol error. An unreachable server's error says each cause once.
+#[test]
+fn normal_exit_is_logged_as_normal() {
+    let server = Server::insecure("normal-exit");
+    let exe = build(Llvm::V22, "runtime/data_regions.c");
+    let o = run(&exe, &server.env());
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let log = server.wait_log("closed (", Duration::from_secs(10));
+    assert!(log.contains("closed (client closed the session)"), "{log}");
+    assert!(!log.contains("protocol error"), "{log}");
+
+    let dead = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
+    let o = run(&exe, &[("LIBOMPTARGET_RPC_ADDRESS", dead)]);
+    let err = text(&o.stderr);
+    assert!(err.contains("its devices are not available"), "{err}");
+    assert!(!err.contains("tcp connect error: tcp connect error"), "{err}");
+}
+
+/// A kernel's printf on a remote device reaches the program's stdout (stderr for stderr), in
+/// order with the program's own output, and not the server's log.
+#[test]
+fn kernel_output_is_forwarded_in_order() {
+    let server = Server::insecure("printf");
+    let exe = build(Llvm::V22, "remote/kernel_printf.c");
+    let o = run(&exe, &server.env());
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_eq!(
+        text(&o.stdout),
+        "host before\nkernel line 1\nkernel partial host after\nkernel 0\nhost 0\nkernel 1\nhost 1\nkernel 2\nhost 2\n"
+    );
+    assert!(text(&o.stderr).contains("kernel to stderr\n"), "{}", text(&o.stderr));
+    assert!(!server.log().contains("kernel"), "{}", server.log());
+}
+
+/// A lease shorter than the heartbeat floor is raised (and said), so a 3 s kernel on a server
+/// started with `--lease 0.2` finishes instead of losing its session.
+#[test]
+fn a_tiny_lease_does_not_kill_a_running_kernel() {
+    let server = Server::start("tiny-lease", &["--insecure-loopback", "--lease", "0.2"]);
+    let exe = build(Llvm::V22, "remote/overlap.c");
+    let o = run(&exe, &server.env());
+    let out = text(&o.stdout);
+    assert!(o.status.success(), "{out}\n{}\n{}", text(&o.stderr), server.log());
+    assert!(out.contains("copies ok=1 equal=1"), "{out}");
+    assert!(server.log().contains("--lease 0.200s raised to 1s"), "{}", server.log());
 }

@@ -24,6 +24,8 @@ pub struct ClientConfig {
     /// `LIBOMPTARGET_RPC_TLS_CA`: PEM file of the CA that signed the servers' certificates;
     /// set, or an `https://` address, means TLS (cargo feature `tls`).
     pub tls_ca: Option<std::path::PathBuf>,
+    /// Values that were invalid and ignored, or adjusted (each names its variable).
+    pub warnings: Vec<String>,
 }
 
 pub const DEFAULT_BLOCK_SIZE: usize = 1 << 20;
@@ -47,21 +49,44 @@ impl ClientConfig {
             .map(|a| a.trim().to_string())
             .filter(|a| !a.is_empty())
             .collect();
-        let block = int(get("LIBOMPTARGET_RPC_BLOCK_SIZE")).or_else(|| int(get("LIBOMPTARGET_BLOCK_SIZE")));
-        let block_size = block.map(|b| b as usize).unwrap_or(DEFAULT_BLOCK_SIZE);
-        let block_size = block_size.clamp(MIN_BLOCK_SIZE, omp_remote_proto::MAX_CHUNK_BYTES as usize);
+        let mut warnings = Vec::new();
+        // A number, or a warning naming the variable (never a silent default).
+        let mut number = |var: &str| -> Option<u64> {
+            let v = get(var).filter(|v| !v.trim().is_empty())?;
+            let n = int(Some(v.clone()));
+            if n.is_none() {
+                warnings.push(format!("ignoring {var}={v}: not a number"));
+            }
+            n
+        };
+        let block = number("LIBOMPTARGET_RPC_BLOCK_SIZE")
+            .map(|b| ("LIBOMPTARGET_RPC_BLOCK_SIZE", b))
+            .or_else(|| number("LIBOMPTARGET_BLOCK_SIZE").map(|b| ("LIBOMPTARGET_BLOCK_SIZE", b)));
+        let allocator = number("LIBOMPTARGET_RPC_ALLOCATOR_MAX");
+        let max_block = omp_remote_proto::MAX_CHUNK_BYTES as usize;
+        let block_size = match block {
+            None => DEFAULT_BLOCK_SIZE,
+            Some((var, b)) => {
+                let clamped = usize::try_from(b).unwrap_or(usize::MAX).clamp(MIN_BLOCK_SIZE, max_block);
+                if clamped as u64 != b {
+                    warnings.push(format!("{var}={b} is outside {MIN_BLOCK_SIZE}..={max_block}: using {clamped}"));
+                }
+                clamped
+            }
+        };
         let allocator_max =
-            int(get("LIBOMPTARGET_RPC_ALLOCATOR_MAX")).map(|b| b as usize).unwrap_or(16 << 20).max(block_size);
+            allocator.map(|b| usize::try_from(b).unwrap_or(usize::MAX)).unwrap_or(16 << 20).max(block_size);
         let latency = match get("LIBOMPTARGET_RPC_LATENCY") {
             None => Duration::from_secs(5),
-            Some(v) => {
-                let secs: f64 =
-                    v.trim().parse().map_err(|_| format!("LIBOMPTARGET_RPC_LATENCY={v} is not a number of seconds"))?;
-                if !(secs > 0.0 && secs < 1e6) {
-                    return Err(format!("LIBOMPTARGET_RPC_LATENCY={v} must be a positive number of seconds"));
+            Some(v) => match v.trim().parse::<f64>() {
+                Ok(secs) if secs > 0.0 && secs < 1e6 => Duration::from_secs_f64(secs),
+                _ => {
+                    warnings.push(format!(
+                        "ignoring LIBOMPTARGET_RPC_LATENCY={v}: not a positive number of seconds below 1e6; using 5"
+                    ));
+                    Duration::from_secs(5)
                 }
-                Duration::from_secs_f64(secs)
-            }
+            },
         };
         let token = match (get("LIBOMPTARGET_RPC_TOKEN"), get("LIBOMPTARGET_RPC_TOKEN_FILE")) {
             (Some(t), _) if !t.is_empty() => Some(t),
@@ -82,6 +107,7 @@ impl ClientConfig {
             verbose: on("LIBOMPTARGET_INFO") || on("LIBOMPTARGET_DEBUG"),
             inside_worker: get(omp_remote_proto::WORKER_ENV).is_some(),
             tls_ca: get("LIBOMPTARGET_RPC_TLS_CA").filter(|p| !p.is_empty()).map(std::path::PathBuf::from),
+            warnings,
         })
     }
 
@@ -115,14 +141,35 @@ mod tests {
                 .block_size,
             0x20000
         );
-        assert_eq!(cfg(&[("LIBOMPTARGET_RPC_BLOCK_SIZE", "1")]).unwrap().block_size, MIN_BLOCK_SIZE);
+        let c = cfg(&[("LIBOMPTARGET_RPC_BLOCK_SIZE", "1")]).unwrap();
+        assert_eq!(c.block_size, MIN_BLOCK_SIZE);
+        assert!(c.warnings[0].contains("LIBOMPTARGET_RPC_BLOCK_SIZE=1"), "{:?}", c.warnings);
         assert_eq!(cfg(&[("LIBOMPTARGET_RPC_LATENCY", "0.5")]).unwrap().latency, Duration::from_millis(500));
-        assert!(cfg(&[("LIBOMPTARGET_RPC_LATENCY", "soon")]).is_err());
-        assert!(cfg(&[("LIBOMPTARGET_RPC_LATENCY", "-1")]).is_err());
+        assert!(cfg(&[]).unwrap().warnings.is_empty());
         let c = cfg(&[("LIBOMPTARGET_RPC_ALLOCATOR_MAX", "4194304"), ("LIBOMPTARGET_INFO", "-1")]).unwrap();
         assert_eq!(c.inflight_chunks(), 4);
         assert!(c.verbose);
         assert!(!cfg(&[]).unwrap().verbose);
+    }
+
+    /// A bad value is a warning naming its variable; the remote devices stay.
+    #[test]
+    fn invalid_values_are_warnings_that_name_the_variable() {
+        for (var, v) in [
+            ("LIBOMPTARGET_RPC_LATENCY", "soon"),
+            ("LIBOMPTARGET_RPC_LATENCY", "-1"),
+            ("LIBOMPTARGET_RPC_LATENCY", "nan"),
+            ("LIBOMPTARGET_RPC_BLOCK_SIZE", "1M"),
+            ("LIBOMPTARGET_BLOCK_SIZE", "big"),
+            ("LIBOMPTARGET_RPC_ALLOCATOR_MAX", "0x"),
+            ("LIBOMPTARGET_RPC_BLOCK_SIZE", "99999999999"),
+        ] {
+            let c = cfg(&[("LIBOMPTARGET_RPC_ADDRESS", "h:1"), (var, v)]).expect("a bad value drops nothing");
+            assert_eq!(c.addresses, ["h:1"]);
+            assert!(c.warnings.iter().any(|w| w.contains(&format!("{var}={v}"))), "{var}={v}: {:?}", c.warnings);
+        }
+        let c = cfg(&[("LIBOMPTARGET_RPC_LATENCY", "soon")]).unwrap();
+        assert_eq!(c.latency, Duration::from_secs(5));
     }
 
     #[test]

@@ -17,10 +17,11 @@ use omp_plugin::{
 };
 use omp_remote_proto::pb::offload_client::OffloadClient;
 use omp_remote_proto::pb::*;
+use omp_sync::Mutex;
 use std::collections::HashMap;
 use std::ffi::CStr;
 use std::future::Future;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -36,6 +37,7 @@ fn runtime() -> std::result::Result<&'static tokio::runtime::Runtime, PluginErro
         tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("omp-remote")
+            .on_thread_start(block_sigpipe)
             .enable_all()
             .build()
             .map_err(|e| e.to_string())
@@ -82,14 +84,30 @@ struct Conn {
     hello: HelloReply,
     cfg: Arc<ClientConfig>,
     session: Mutex<Option<Arc<SessionState>>>,
+    /// Set when the program exits: no new session is opened.
+    closed: std::sync::atomic::AtomicBool,
 }
 
 /// A live session: its id, and why it ended if it did.
 struct SessionState {
     id: u64,
+    /// Carried by every call (`omp-session-secret`).
+    secret: MetadataValue<Ascii>,
     ended: Arc<Mutex<Option<String>>>,
     /// Dropping the sender closes the session stream: the server frees everything.
-    _heartbeat: mpsc::Sender<SessionUp>,
+    /// Taking it ends the session stream normally (the server logs a normal close).
+    heartbeat: Mutex<Option<mpsc::Sender<SessionUp>>>,
+    /// Bytes of the device code's output written to the program's streams so far.
+    output: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl SessionState {
+    /// `m` as a call of this session: with its secret.
+    fn req<T>(&self, m: T) -> tonic::Request<T> {
+        let mut r = tonic::Request::new(m);
+        r.metadata_mut().insert(omp_remote_proto::SESSION_KEY_HEADER, self.secret.clone());
+        r
+    }
 }
 
 fn uri(addr: &str, tls: bool) -> String {
@@ -168,18 +186,28 @@ impl Conn {
                 .map_err(|s| PluginError::failed(format!("{what}: {}", s.message())))?
                 .into_inner();
             check::hello(&hello).map_err(|e| PluginError::failed(format!("{what}: {e}")))?;
-            Ok(Conn { addr: addr.to_string(), client, hello, cfg, session: Mutex::new(None) })
+            Ok(Conn {
+                addr: addr.to_string(),
+                client,
+                hello,
+                cfg,
+                session: Mutex::new(None),
+                closed: std::sync::atomic::AtomicBool::new(false),
+            })
         })
     }
 
     /// The session, opened at the first device call.
     fn session(&self) -> Result<Arc<SessionState>> {
-        let mut slot = self.session.lock().unwrap_or_else(|p| p.into_inner());
+        let mut slot = self.session.lock();
         if let Some(s) = &*slot {
-            if let Some(why) = s.ended.lock().unwrap().clone() {
+            if let Some(why) = s.ended.lock().clone() {
                 return Err(self.err(&why));
             }
             return Ok(s.clone());
+        }
+        if self.closed.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(self.err("the program is exiting"));
         }
         let mut client = self.client.clone();
         let what = format!("opening a session on offload-server at {}", self.addr);
@@ -209,18 +237,31 @@ impl Conn {
                 }
             });
             let e = ended.clone();
+            let output = Arc::new(std::sync::atomic::AtomicU64::new(0));
+            let seen = output.clone();
             tokio::spawn(async move {
                 let why = loop {
                     match down.message().await {
                         Ok(Some(m)) if !m.ended.is_empty() => break m.ended,
-                        Ok(Some(_)) => {}
+                        Ok(Some(m)) => {
+                            for (is_err, bytes) in [(false, &m.stdout), (true, &m.stderr)] {
+                                if !bytes.is_empty() {
+                                    write_program_output(is_err, bytes);
+                                    seen.fetch_add(bytes.len() as u64, std::sync::atomic::Ordering::AcqRel);
+                                }
+                            }
+                        }
                         Ok(None) => break "the server closed the session".to_string(),
                         Err(s) => break format!("session lost: {}", s.message()),
                     }
                 };
-                e.lock().unwrap().get_or_insert(why);
+                e.lock().get_or_insert(why);
             });
-            Ok(Arc::new(SessionState { id: first.session, ended, _heartbeat: tx }))
+            let secret = first
+                .secret
+                .parse()
+                .map_err(|_| PluginError::failed(format!("{what}: the server sent a malformed secret")))?;
+            Ok(Arc::new(SessionState { id: first.session, secret, ended, heartbeat: Mutex::new(Some(tx)), output }))
         })?;
         if self.cfg.verbose {
             eprintln!("omptarget remote info: session {:#x} opened on offload-server {}", s.id, self.addr);
@@ -229,13 +270,25 @@ impl Conn {
         Ok(s)
     }
 
+    /// Ends the session normally and waits (briefly) for the server to see the end, so that
+    /// it logs a normal close rather than a lost connection.
+    fn close(&self) {
+        self.closed.store(true, std::sync::atomic::Ordering::Release);
+        let Some(s) = self.session.lock().take() else { return };
+        s.heartbeat.lock().take();
+        let deadline = std::time::Instant::now() + self.cfg.latency.min(Duration::from_secs(2));
+        while s.ended.lock().is_none() && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(2));
+        }
+    }
+
     fn err(&self, msg: &str) -> PluginError {
         PluginError::failed(format!("remote device on {}: {msg}", self.addr))
     }
 
     /// Turns a failed call into an error naming the server, preferring the session's end reason.
     fn status(&self, s: &SessionState, st: tonic::Status) -> PluginError {
-        let ended = s.ended.lock().unwrap().clone();
+        let ended = s.ended.lock().clone();
         let lost = matches!(st.code(), tonic::Code::Aborted | tonic::Code::Unavailable) || ended.is_some();
         let e = match ended {
             Some(why) if st.code() != tonic::Code::Aborted => {
@@ -251,15 +304,54 @@ impl Conn {
     }
 }
 
+/// An error and its sources, each said once (transport errors repeat their source's text:
+/// "tcp connect error: tcp connect error").
 fn source_chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
     let mut cur = e.source();
     while let Some(c) = cur {
-        s.push_str(": ");
-        s.push_str(&c.to_string());
+        let t = c.to_string();
+        if !t.is_empty() && !s.contains(&t) {
+            s.push_str(": ");
+            s.push_str(&t);
+        }
         cur = c.source();
     }
     s
+}
+
+extern "C" {
+    static mut stdout: *mut libc::FILE;
+    static mut stderr: *mut libc::FILE;
+}
+
+/// Writes device output into the program's own C streams, so it takes the program's
+/// buffering (line-buffered on a terminal) and its place among the program's own output.
+fn write_program_output(is_err: bool, bytes: &[u8]) {
+    // SAFETY: `stdout`/`stderr` are the C library's stream pointers, valid for the life of
+    // the program; fwrite locks the stream and reads `bytes.len()` bytes from our slice.
+    unsafe {
+        let f = if is_err { stderr } else { stdout };
+        if !f.is_null() {
+            libc::fwrite(bytes.as_ptr().cast(), 1, bytes.len(), f);
+            if is_err {
+                libc::fflush(f);
+            }
+        }
+    }
+}
+
+/// Connections whose sessions are closed when the program exits.
+static LIVE: Mutex<Vec<std::sync::Weak<Conn>>> = Mutex::new(Vec::new());
+
+/// Closes every open session at exit, so the servers log a normal end.
+extern "C" fn close_sessions_at_exit() {
+    let _ = std::panic::catch_unwind(|| {
+        let conns: Vec<_> = LIVE.lock().drain(..).collect();
+        for c in conns.iter().filter_map(std::sync::Weak::upgrade) {
+            c.close();
+        }
+    });
 }
 
 /// The plugin for one server.
@@ -268,6 +360,8 @@ pub struct RemotePlugin {
     name: String,
     cfg: Arc<ClientConfig>,
     conn: OnceLock<Option<Arc<Conn>>>,
+    /// Why the server's devices are missing (connection, Hello or token refused).
+    failure: OnceLock<String>,
 }
 
 /// One plugin per server in `LIBOMPTARGET_RPC_ADDRESS`, in order; none when it is unset.
@@ -284,17 +378,25 @@ pub fn plugins(get: impl Fn(&str) -> Option<String>) -> Vec<RemotePlugin> {
             return Vec::new();
         }
     };
+    for w in &cfg.warnings {
+        eprintln!("omptarget warning: remote plugin: {w}");
+    }
     if cfg.inside_worker && !cfg.addresses.is_empty() {
         eprintln!("omptarget error: remote-to-remote offloading is refused: this process is an offload-server worker");
         return Vec::new();
     }
-    ignore_sigpipe();
     cfg.addresses.iter().map(|a| RemotePlugin::new(a, cfg.clone())).collect()
 }
 
 impl RemotePlugin {
     pub fn new(addr: &str, cfg: Arc<ClientConfig>) -> Self {
-        Self { addr: addr.to_string(), name: format!("remote({addr})"), cfg, conn: OnceLock::new() }
+        Self {
+            addr: addr.to_string(),
+            name: format!("remote({addr})"),
+            cfg,
+            conn: OnceLock::new(),
+            failure: OnceLock::new(),
+        }
     }
 
     /// The connection, made on first need; failures are reported once and the server's
@@ -313,10 +415,18 @@ impl RemotePlugin {
                             c.hello.triples.join(",")
                         );
                     }
-                    Some(Arc::new(c))
+                    let c = Arc::new(c);
+                    static AT_EXIT: std::sync::Once = std::sync::Once::new();
+                    // SAFETY: atexit takes a plain `extern "C" fn()`, which catches any panic.
+                    AT_EXIT.call_once(|| unsafe {
+                        libc::atexit(close_sessions_at_exit);
+                    });
+                    LIVE.lock().push(Arc::downgrade(&c));
+                    Some(c)
                 }
                 Err(e) => {
                     eprintln!("omptarget error: remote plugin: {e}; its devices are not available");
+                    let _ = self.failure.set(e.reason);
                     None
                 }
             })
@@ -346,6 +456,11 @@ impl Plugin for RemotePlugin {
         self.conn().is_some_and(|c| c.hello.triples.iter().any(|t| arch_ok(t)))
     }
 
+    fn unavailable(&self) -> Option<String> {
+        self.conn();
+        self.failure.get().map(|why| format!("the devices of offload-server at {} are not available: {why}", self.addr))
+    }
+
     fn open_device(&self, index: usize) -> Result<Box<dyn Device>> {
         let conn = self
             .conn()
@@ -369,11 +484,11 @@ impl RemoteDevice {
     /// A control call: deadline `LIBOMPTARGET_RPC_LATENCY`.
     fn control<T, F, Fut>(&self, what: &str, f: F) -> Result<T>
     where
-        F: FnOnce(Client, u64) -> Fut,
+        F: FnOnce(Client, Arc<SessionState>) -> Fut,
         Fut: Future<Output = std::result::Result<tonic::Response<T>, tonic::Status>>,
     {
         let s = self.conn.session()?;
-        let fut = f(self.conn.client.clone(), s.id);
+        let fut = f(self.conn.client.clone(), s.clone());
         let c = &self.conn;
         block(Some(c.cfg.latency), &format!("{what} on {}", c.addr), async {
             fut.await.map(|r| r.into_inner()).map_err(|st| c.status(&s, st))
@@ -393,7 +508,11 @@ impl Device for RemoteDevice {
         let mut client = c.client.clone();
         let limit = c.cfg.latency * 4 + Duration::from_secs(total / (16 << 20));
         let r = block(Some(limit), &format!("loading an image on {}", c.addr), async {
-            client.load_image(tokio_stream::iter(chunks)).await.map(|r| r.into_inner()).map_err(|st| c.status(&s, st))
+            client
+                .load_image(s.req(tokio_stream::iter(chunks)))
+                .await
+                .map(|r| r.into_inner())
+                .map_err(|st| c.status(&s, st))
         })?;
         Ok(ImageId(r.image as usize))
     }
@@ -401,34 +520,42 @@ impl Device for RemoteDevice {
     fn kernel(&self, image: ImageId, name: &CStr) -> Result<KernelId> {
         let n = name.to_string_lossy().into_owned();
         let dev = self.index;
-        let r = self.control("resolving a kernel", |mut cl, session| async move {
-            cl.symbol(SymbolRequest { session, device: dev, image: image.0 as u64, name: n, kernel: true }).await
+        let r = self.control("resolving a kernel", |mut cl, s| async move {
+            cl.symbol(s.req(SymbolRequest { session: s.id, device: dev, image: image.0 as u64, name: n, kernel: true }))
+                .await
         })?;
-        self.kernels.lock().unwrap().insert(r.value as usize, name.to_string_lossy().into_owned());
+        self.kernels.lock().insert(r.value as usize, name.to_string_lossy().into_owned());
         Ok(KernelId(r.value as usize))
     }
 
     fn global(&self, image: ImageId, name: &CStr) -> Result<GlobalSymbol> {
         let n = name.to_string_lossy().into_owned();
         let dev = self.index;
-        let r = self.control("resolving a global", |mut cl, session| async move {
-            cl.symbol(SymbolRequest { session, device: dev, image: image.0 as u64, name: n, kernel: false }).await
+        let r = self.control("resolving a global", |mut cl, s| async move {
+            cl.symbol(s.req(SymbolRequest {
+                session: s.id,
+                device: dev,
+                image: image.0 as u64,
+                name: n,
+                kernel: false,
+            }))
+            .await
         })?;
         Ok(GlobalSymbol { addr: r.value as usize, size: 0 })
     }
 
     fn alloc(&self, size: usize, kind: AllocKind) -> Result<usize> {
         let dev = self.index;
-        let r = self.control("allocating", |mut cl, session| async move {
-            cl.alloc(AllocRequest { session, device: dev, size: size as u64, kind: kind as u32 }).await
+        let r = self.control("allocating", |mut cl, s| async move {
+            cl.alloc(s.req(AllocRequest { session: s.id, device: dev, size: size as u64, kind: kind as u32 })).await
         })?;
         Ok(r.addr as usize)
     }
 
     fn free(&self, ptr: usize, _kind: AllocKind) -> Result<()> {
         let dev = self.index;
-        self.control("freeing", |mut cl, session| async move {
-            cl.free(FreeRequest { session, device: dev, addr: ptr as u64 }).await
+        self.control("freeing", |mut cl, s| async move {
+            cl.free(s.req(FreeRequest { session: s.id, device: dev, addr: ptr as u64 })).await
         })?;
         Ok(())
     }
@@ -445,9 +572,12 @@ impl Device for RemoteDevice {
         // SAFETY: the caller promises `[host, host+size)` readable for the duration of this
         // call; it is only read, chunk by chunk, before `block` returns.
         let src: &[u8] = unsafe { std::slice::from_raw_parts(host as *const u8, size) };
+        let stream = s.req(());
         block(None, &what.clone(), async {
             let (tx, rx) = mpsc::channel(c.cfg.inflight_chunks());
-            let call = tokio::spawn(async move { client.submit(ReceiverStream::new(rx)).await });
+            let (md, ext, ()) = stream.into_parts();
+            let req = tonic::Request::from_parts(md, ext, ReceiverStream::new(rx));
+            let call = tokio::spawn(async move { client.submit(req).await });
             let mut off = 0usize;
             while off < size {
                 let n = block_size.min(size - off);
@@ -505,7 +635,7 @@ impl Device for RemoteDevice {
             chunk: c.cfg.block_size as u32,
         };
         block(None, &what.clone(), async {
-            let mut stream = match tokio::time::timeout(latency, client.retrieve(req)).await {
+            let mut stream = match tokio::time::timeout(latency, client.retrieve(s.req(req))).await {
                 Ok(r) => r.map_err(|st| c.status(&s, st))?.into_inner(),
                 Err(_) => return Err(stalled()),
             };
@@ -532,14 +662,14 @@ impl Device for RemoteDevice {
             return Ok(());
         }
         let dev = self.index;
-        self.control("copying on the device", |mut cl, session| async move {
-            cl.copy_within(CopyWithinRequest {
-                session,
+        self.control("copying on the device", |mut cl, s| async move {
+            cl.copy_within(s.req(CopyWithinRequest {
+                session: s.id,
                 device: dev,
                 dst: dst as u64,
                 src: src as u64,
                 size: size as u64,
-            })
+            }))
             .await
         })?;
         Ok(())
@@ -559,17 +689,28 @@ impl Device for RemoteDevice {
         };
         let mut client = c.client.clone();
         // No deadline: kernels run as long as they run; keepalive pings notice a dead server.
-        block(None, "launching", async { client.launch(req).await.map(|_| ()).map_err(|st| c.status(&s, st)) }).map_err(
-            |e| {
-                let name = self.kernels.lock().unwrap().get(&kernel.0).cloned();
-                match name {
-                    Some(n) if !e.reason.contains(&n) => {
-                        PluginError { kind: e.kind, reason: format!("{} (kernel '{n}')", e.reason) }
-                    }
-                    _ => e,
+        let latency = c.cfg.latency;
+        block(None, "launching", async {
+            let r = client.launch(s.req(req)).await.map_err(|st| c.status(&s, st))?.into_inner();
+            // The kernel's output comes on the session stream: deliver it before returning, so
+            // that it precedes what the program prints next (bounded: a lost chunk only delays).
+            let deadline = tokio::time::Instant::now() + latency;
+            while s.output.load(std::sync::atomic::Ordering::Acquire) < r.output_bytes
+                && tokio::time::Instant::now() < deadline
+            {
+                tokio::time::sleep(Duration::from_micros(200)).await;
+            }
+            Ok(())
+        })
+        .map_err(|e| {
+            let name = self.kernels.lock().get(&kernel.0).cloned();
+            match name {
+                Some(n) if !e.reason.contains(&n) => {
+                    PluginError { kind: e.kind, reason: format!("{} (kernel '{n}')", e.reason) }
                 }
-            },
-        )
+                _ => e,
+            }
+        })
     }
 
     fn info(&self) -> Vec<(String, String)> {
@@ -587,14 +728,63 @@ impl Device for RemoteDevice {
 }
 
 /// A write to a server that died raises SIGPIPE, whose default action would end the program
-/// silently; with it ignored the write fails and the runtime reports which server is gone.
-/// Only a default disposition is changed (a program's own handler is kept).
-fn ignore_sigpipe() {
-    // SAFETY: querying then setting a signal disposition; `old` is written by the kernel.
+/// silently. All of the plugin's socket writes happen on its runtime's threads, and SIGPIPE is
+/// sent to the thread that wrote: blocked there, it stays pending and the write fails with
+/// EPIPE, which names the server. The program's own threads and disposition are untouched, so
+/// a program piped into `head` still ends with SIGPIPE.
+fn block_sigpipe() {
+    // SAFETY: sigset_t is plain data initialised by sigemptyset; pthread_sigmask changes only
+    // the calling thread's mask.
     unsafe {
-        let mut old: libc::sigaction = std::mem::zeroed();
-        if libc::sigaction(libc::SIGPIPE, std::ptr::null(), &mut old) == 0 && old.sa_sigaction == libc::SIG_DFL {
-            libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGPIPE);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug)]
+    struct E(&'static str, Option<Box<E>>);
+    impl std::fmt::Display for E {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(self.0)
         }
+    }
+    impl std::error::Error for E {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            self.1.as_deref().map(|e| e as _)
+        }
+    }
+
+    /// A server that is down: no devices, and the plugin says why (for MANDATORY).
+    #[test]
+    fn an_unreachable_server_says_why_its_devices_are_missing() {
+        let addr = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().to_string();
+        let cfg = ClientConfig::from_env(|k| match k {
+            "LIBOMPTARGET_RPC_ADDRESS" => Some(addr.clone()),
+            "LIBOMPTARGET_RPC_LATENCY" => Some("2".into()),
+            _ => None,
+        })
+        .unwrap();
+        let p = RemotePlugin::new(&addr, Arc::new(cfg));
+        assert_eq!(p.device_count(), 0);
+        let why = p.unavailable().expect("a reason");
+        assert!(why.contains(&addr) && why.contains("refused"), "{why}");
+    }
+
+    #[test]
+    fn error_chains_say_each_cause_once() {
+        let e = E(
+            "transport error",
+            Some(Box::new(E(
+                "tcp connect error",
+                Some(Box::new(E("tcp connect error", Some(Box::new(E("Connection refused (os error 111)", None)))))),
+            ))),
+        );
+        assert_eq!(source_chain(&e), "transport error: tcp connect error: Connection refused (os error 111)");
     }
 }

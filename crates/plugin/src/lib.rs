@@ -121,6 +121,12 @@ pub trait Plugin: Send + Sync {
     fn is_compatible(&self, image: &[u8], triple: Option<&str>) -> bool;
     /// Opens device `index` of this backend.
     fn open_device(&self, index: usize) -> Result<Box<dyn Device>>;
+    /// Why this backend offers no devices although it was configured to (a remote server that
+    /// is down or refused the token); `None` when its devices are there or none were asked for.
+    /// Under `OMP_TARGET_OFFLOAD=MANDATORY` the runtime reports it instead of falling back.
+    fn unavailable(&self) -> Option<String> {
+        None
+    }
 }
 
 /// One device of a backend.

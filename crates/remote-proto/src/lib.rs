@@ -7,10 +7,13 @@ pub mod pb {
 }
 
 /// Bumped on any incompatible change to the protocol.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// Metadata key carrying the client's token: `authorization: Bearer <token>`.
 pub const AUTH_HEADER: &str = "authorization";
+
+/// Metadata key carrying the session's secret on every call that names a session.
+pub const SESSION_KEY_HEADER: &str = "omp-session-secret";
 
 /// Largest gRPC message either end accepts (a chunk plus its header).
 pub const MAX_MESSAGE_BYTES: usize = 64 << 20;

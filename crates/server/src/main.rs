@@ -1,4 +1,6 @@
-//! `offload-server`: see `offload_server::config::USAGE`, and docs/remote.md.
+//! `offload-server`: options in `offload_server::config` (`--help`, `--man`), and docs/remote.md.
+
+use offload_server::config::{Parsed, ServerConfig};
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -7,13 +9,23 @@ fn main() {
         let parent = args.get(2).and_then(|p| p.parse().ok()).unwrap_or(0);
         std::process::exit(omp_worker::serve::main(&omp_plugin_host::HostPlugin, devices, parent));
     }
-    let cfg = match offload_server::config::ServerConfig::parse(&args, |k| std::env::var(k).ok()) {
-        Ok(c) => c,
+    let cfg = match ServerConfig::parse(&args, |k| std::env::var(k).ok()) {
+        Ok(Parsed::Serve(c)) => c,
+        Ok(Parsed::Print(text)) => {
+            print!("{text}");
+            return;
+        }
         Err(e) => {
-            eprintln!("offload-server: {e}");
+            eprint!("offload-server: {e}");
+            if !e.ends_with('\n') {
+                eprintln!();
+            }
             std::process::exit(2);
         }
     };
+    for w in &cfg.warnings {
+        eprintln!("offload-server: warning: {w}");
+    }
     // Device-to-host chunks are fresh 1 MiB buffers: keep them on the heap instead of a new
     // mmap (and page faults) per chunk.
     // SAFETY: mallopt only tunes glibc's allocator; called before any other thread exists.
@@ -28,7 +40,7 @@ fn main() {
             std::process::exit(1);
         }
     };
-    if let Err(e) = rt.block_on(offload_server::serve(cfg)) {
+    if let Err(e) = rt.block_on(offload_server::serve(*cfg)) {
         eprintln!("offload-server: {e}");
         std::process::exit(1);
     }

@@ -5,8 +5,16 @@
 
 use omp_worker::{CallError, Request, Response, SpawnOptions, Worker};
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use tokio::sync::{oneshot, watch};
+use tokio::sync::{mpsc, oneshot, watch};
+
+/// Output chunks queued for the client; more is dropped (a client that does not read must
+/// not grow the server's memory).
+const OUTPUT_QUEUE: usize = 256;
+
+/// A chunk of the worker's output: `(is stderr, bytes)`.
+pub type Output = (bool, Vec<u8>);
 
 /// Requests up to this size are written on the async thread (they fit the pipe's buffer,
 /// which the worker keeps draining). The service bounds symbol names and kernel arguments
@@ -18,11 +26,13 @@ pub struct Relay {
     worker: Arc<Worker>,
     /// `Some(how it ended)` once the worker is gone.
     pub death: watch::Receiver<Option<String>>,
+    /// Output bytes queued for the client so far.
+    output_bytes: Arc<AtomicU64>,
 }
 
 impl Relay {
     /// Starts `exe --worker` with `devices` devices and `lib_path` prepended to its library path.
-    pub async fn spawn(exe: &Path, devices: usize, lib_path: &str) -> std::io::Result<Relay> {
+    pub async fn spawn(exe: &Path, devices: usize, lib_path: &str) -> std::io::Result<(Relay, mpsc::Receiver<Output>)> {
         let mut cmd = std::process::Command::new(exe);
         cmd.arg("--worker").arg(devices.to_string()).arg(std::process::id().to_string());
         cmd.stderr(std::process::Stdio::inherit());
@@ -41,7 +51,15 @@ impl Relay {
             cmd.env("LD_LIBRARY_PATH", if old.is_empty() { lib_path.to_string() } else { format!("{lib_path}:{old}") });
         }
         let (death_tx, death) = watch::channel(None);
+        let (out_tx, out_rx) = mpsc::channel(OUTPUT_QUEUE);
+        let output_bytes = Arc::new(AtomicU64::new(0));
+        let counted = output_bytes.clone();
         let opts = SpawnOptions {
+            on_output: Some(Box::new(move |is_err, bytes: &[u8]| {
+                if out_tx.try_send((is_err, bytes.to_vec())).is_ok() {
+                    counted.fetch_add(bytes.len() as u64, Ordering::AcqRel);
+                }
+            })),
             // The worker hosts the host plugin: device addresses are its own.
             direct_copies: true,
             on_exit: Some(Box::new(move |how: &str| {
@@ -51,7 +69,13 @@ impl Relay {
         let worker = tokio::task::spawn_blocking(move || Worker::spawn(cmd, opts))
             .await
             .map_err(|e| std::io::Error::other(e.to_string()))??;
-        Ok(Relay { worker: Arc::new(worker), death })
+        Ok((Relay { worker: Arc::new(worker), death, output_bytes }, out_rx))
+    }
+
+    /// Output bytes queued for the client so far (all output written before a completed
+    /// call's reply is counted when the call completes).
+    pub fn output_bytes(&self) -> u64 {
+        self.output_bytes.load(Ordering::Acquire)
     }
 
     pub fn pid(&self) -> i32 {

@@ -6,12 +6,12 @@ use crate::sys;
 use omp_remote_proto::pb::offload_server::Offload;
 use omp_remote_proto::pb::*;
 use omp_remote_proto::PROTOCOL_VERSION;
+use omp_sync::Mutex;
 use omp_worker::{CallError, Request as Call, Response as Reply};
 use std::collections::{BTreeMap, HashMap};
-use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -54,7 +54,8 @@ fn within(map: &BTreeMap<u64, u64>, addr: u64, size: u64) -> bool {
 /// One client program's session.
 pub struct Session {
     pub id: u64,
-    peer: Option<SocketAddr>,
+    /// Given to the client that opened the session; every call must carry it.
+    secret: String,
     worker: Relay,
     owned: Mutex<Owned>,
     last_beat: Mutex<Instant>,
@@ -85,7 +86,7 @@ impl Drop for Slot {
 impl Session {
     /// Fails when `[addr, addr+size)` is not inside this session's memory.
     fn check_range(&self, addr: u64, size: u64) -> Result<(), Status> {
-        let o = self.owned.lock().unwrap();
+        let o = self.owned.lock();
         if within(&o.allocs, addr, size) || within(&o.globals, addr, size) {
             return Ok(());
         }
@@ -94,14 +95,14 @@ impl Session {
 
     /// Why the session ended when its worker ended `how`.
     fn death_reason(&self, how: &str) -> String {
-        match self.running.lock().unwrap().first() {
+        match self.running.lock().first() {
             Some(name) => format!("kernel '{name}' crashed the device worker ({how})"),
             None => format!("the device worker {how}"),
         }
     }
 
     fn end(&self, why: &str) {
-        let mut e = self.ended.lock().unwrap();
+        let mut e = self.ended.lock();
         if e.is_none() {
             *e = Some(why.to_string());
         }
@@ -141,15 +142,18 @@ impl Service {
     }
 
     /// The live session `id`, if this connection opened it.
-    fn session(&self, id: u64, peer: Option<SocketAddr>) -> Result<Arc<Session>, Status> {
-        let s = self.sessions.lock().unwrap().get(&id).cloned();
+    fn session(&self, id: u64, key: Option<&str>) -> Result<Arc<Session>, Status> {
+        let s = self.sessions.lock().get(&id).cloned();
         let s = s.ok_or_else(|| {
             Status::not_found(format!("no session {id:#x}: it never existed, ended, or its lease expired"))
         })?;
-        if s.peer != peer {
-            return Err(Status::permission_denied(format!("session {id:#x} belongs to another connection")));
+        if !same_secret(key.unwrap_or(""), &s.secret) {
+            return Err(Status::permission_denied(format!(
+                "session {id:#x} belongs to another client (calls must carry its secret in `{}`)",
+                omp_remote_proto::SESSION_KEY_HEADER
+            )));
         }
-        if let Some(why) = s.ended.lock().unwrap().clone() {
+        if let Some(why) = s.ended.lock().clone() {
             return Err(Status::aborted(format!("session ended: {why}")));
         }
         Ok(s)
@@ -164,15 +168,15 @@ impl Service {
     }
 
     fn close(&self, id: u64, why: &str) {
-        let Some(s) = self.sessions.lock().unwrap().remove(&id) else { return };
-        let ended = s.ended.lock().unwrap().clone();
+        let Some(s) = self.sessions.lock().remove(&id) else { return };
+        let ended = s.ended.lock().clone();
         let why = match ended {
             Some(e) => format!("{why}; it had ended: {e}"),
             None => why.to_string(),
         };
         s.end(&why);
         s.worker.stop();
-        let o = s.owned.lock().unwrap();
+        let o = s.owned.lock();
         self.log(format_args!(
             "session {id:#x} closed ({why}): freed {} bytes in {} allocations, {} images; worker {} stopped",
             o.used,
@@ -231,21 +235,22 @@ impl Offload for Handler {
         let slot = Slot::take(&svc.slots, svc.cfg.max_sessions).ok_or_else(|| {
             Status::resource_exhausted(format!("the server is at its limit of {} sessions", svc.cfg.max_sessions))
         })?;
-        let worker = {
+        let (worker, mut output) = {
             Relay::spawn(&svc.cfg.worker_exe, svc.cfg.devices, &svc.cfg.lib_path)
                 .await
                 .map_err(|e| Status::unavailable(format!("cannot start a device worker: {e}")))?
         };
         let id = loop {
             let id = sys::random_u64();
-            if id != 0 && !svc.sessions.lock().unwrap().contains_key(&id) {
+            if id != 0 && !svc.sessions.lock().contains_key(&id) {
                 break id;
             }
         };
         let mut death = worker.death.clone();
+        let secret = format!("{:016x}{:016x}", sys::random_u64(), sys::random_u64());
         let session = Arc::new(Session {
             id,
-            peer,
+            secret: secret.clone(),
             worker,
             owned: Mutex::default(),
             last_beat: Mutex::new(Instant::now()),
@@ -258,23 +263,31 @@ impl Offload for Handler {
             peer.map(|p| p.to_string()).unwrap_or_else(|| "?".into()),
             session.worker.pid()
         ));
-        svc.sessions.lock().unwrap().insert(id, session.clone());
+        svc.sessions.lock().insert(id, session.clone());
         let (tx, rx) = mpsc::channel(4);
         let lease = svc.cfg.lease;
-        let _ =
-            tx.send(Ok(SessionDown { session: id, lease_ms: lease.as_millis() as u32, ended: String::new() })).await;
+        let first = SessionDown { session: id, lease_ms: lease.as_millis() as u32, secret, ..Default::default() };
+        let _ = tx.send(Ok(first)).await;
         tokio::spawn(async move {
             let mut tick = tokio::time::interval(lease / 4);
             let mut told = false;
             let why = loop {
                 tokio::select! {
                     m = inbound.message() => match m {
-                        Ok(Some(_)) => *session.last_beat.lock().unwrap() = Instant::now(),
+                        Ok(Some(_)) => *session.last_beat.lock() = Instant::now(),
                         Ok(None) => break "client closed the session".to_string(),
                         Err(e) => break format!("client disconnected ({})", e.message()),
                     },
+                    Some((is_err, bytes)) = output.recv() => {
+                        let m = if is_err {
+                            SessionDown { session: id, stderr: bytes.into(), ..Default::default() }
+                        } else {
+                            SessionDown { session: id, stdout: bytes.into(), ..Default::default() }
+                        };
+                        let _ = tx.send(Ok(m)).await;
+                    }
                     _ = tick.tick() => {
-                        if session.last_beat.lock().unwrap().elapsed() > lease {
+                        if session.last_beat.lock().elapsed() > lease {
                             break format!("lease of {:?} expired", lease);
                         }
                     }
@@ -282,8 +295,8 @@ impl Offload for Handler {
                         told = true;
                         let how = session.worker.died().unwrap_or_default();
                         session.end(&session.death_reason(&how));
-                        let why = session.ended.lock().unwrap().clone().unwrap_or_default();
-                        let _ = tx.send(Ok(SessionDown { session: id, lease_ms: 0, ended: why })).await;
+                        let why = session.ended.lock().clone().unwrap_or_default();
+                        let _ = tx.send(Ok(SessionDown { session: id, ended: why, ..Default::default() })).await;
                     }
                 }
             };
@@ -294,10 +307,10 @@ impl Offload for Handler {
     }
 
     async fn load_image(&self, req: Request<Streaming<ImageChunk>>) -> Result<Response<LoadImageReply>, Status> {
-        let peer = req.remote_addr();
+        let key = session_key(&req);
         let mut stream = req.into_inner();
         let first = Service::first(&mut stream).await?;
-        let s = self.0.session(first.session, peer)?;
+        let s = self.0.session(first.session, key.as_deref())?;
         let device = self.0.device(first.device)?;
         let limit = self.0.cfg.max_image_bytes;
         if first.total_size > limit {
@@ -318,21 +331,21 @@ impl Offload for Handler {
             return Err(Status::invalid_argument("image transfer ended early"));
         }
         let index = s.worker.load(device, image).await.map_err(|e| s.map_err(e, "image load"))?;
-        let mut o = s.owned.lock().unwrap();
+        let mut o = s.owned.lock();
         o.images.push((device, index));
         Ok(Response::new(LoadImageReply { image: o.images.len() as u64 }))
     }
 
     async fn symbol(&self, req: Request<SymbolRequest>) -> Result<Response<SymbolReply>, Status> {
-        let peer = req.remote_addr();
+        let key = session_key(&req);
         let r = req.into_inner();
-        let s = self.0.session(r.session, peer)?;
+        let s = self.0.session(r.session, key.as_deref())?;
         let device = self.0.device(r.device)?;
         if r.name.len() > MAX_SYMBOL_NAME {
             return Err(Status::invalid_argument(format!("a symbol name of {} bytes is too long", r.name.len())));
         }
         let index = {
-            let o = s.owned.lock().unwrap();
+            let o = s.owned.lock();
             match r.image.checked_sub(1).and_then(|i| o.images.get(i as usize)) {
                 Some(&(d, index)) if d == device => index,
                 _ => return Err(Status::not_found(format!("no image {} on device {device} in this session", r.image))),
@@ -352,7 +365,7 @@ impl Offload for Handler {
             Reply::Global { addr, size } => (addr, size),
             r => return Err(s.map_err(unexpected(r), "symbol lookup")),
         };
-        let mut o = s.owned.lock().unwrap();
+        let mut o = s.owned.lock();
         if r.kernel {
             o.kernels.push(Kernel { device, addr, name: r.name });
             Ok(Response::new(SymbolReply { value: o.kernels.len() as u64, size: 0 }))
@@ -364,16 +377,16 @@ impl Offload for Handler {
     }
 
     async fn alloc(&self, req: Request<AllocRequest>) -> Result<Response<AllocReply>, Status> {
-        let peer = req.remote_addr();
+        let key = session_key(&req);
         let r = req.into_inner();
-        let s = self.0.session(r.session, peer)?;
+        let s = self.0.session(r.session, key.as_deref())?;
         let device = self.0.device(r.device)?;
         if r.size == 0 {
             return Err(Status::invalid_argument("zero-size allocation"));
         }
         let size = r.size;
         {
-            let mut o = s.owned.lock().unwrap();
+            let mut o = s.owned.lock();
             let limit = self.0.cfg.max_session_memory;
             if o.used.saturating_add(r.size) > limit {
                 return Err(Status::resource_exhausted(format!(
@@ -384,7 +397,7 @@ impl Offload for Handler {
             o.used += r.size; // reserved now, so concurrent allocations respect the limit
         }
         let reply = s.worker.call(Call::Alloc { device, size: r.size }).await;
-        let mut o = s.owned.lock().unwrap();
+        let mut o = s.owned.lock();
         let addr = match reply {
             Ok(Reply::Addr(a)) => a,
             Ok(r) => {
@@ -405,27 +418,26 @@ impl Offload for Handler {
     }
 
     async fn free(&self, req: Request<FreeRequest>) -> Result<Response<Empty>, Status> {
-        let peer = req.remote_addr();
+        let key = session_key(&req);
         let r = req.into_inner();
-        let s = self.0.session(r.session, peer)?;
+        let s = self.0.session(r.session, key.as_deref())?;
         let device = self.0.device(r.device)?;
         let size = s
             .owned
             .lock()
-            .unwrap()
             .allocs
             .remove(&r.addr)
             .ok_or_else(|| Status::not_found(format!("0x{:x} is not an allocation of this session", r.addr)))?;
-        s.owned.lock().unwrap().used -= size;
+        s.owned.lock().used -= size;
         s.worker.call(Call::Free { device, addr: r.addr }).await.map_err(|e| s.map_err(e, "free"))?;
         Ok(Response::new(Empty {}))
     }
 
     async fn submit(&self, req: Request<Streaming<SubmitChunk>>) -> Result<Response<Empty>, Status> {
-        let peer = req.remote_addr();
+        let key = session_key(&req);
         let mut stream = req.into_inner();
         let first = Service::first(&mut stream).await?;
-        let s = self.0.session(first.session, peer)?;
+        let s = self.0.session(first.session, key.as_deref())?;
         let device = self.0.device(first.device)?;
         let (addr, total) = (first.addr, first.total_size);
         s.check_range(addr, total)?;
@@ -449,13 +461,13 @@ impl Offload for Handler {
     type RetrieveStream = Stream2<DataChunk>;
 
     async fn retrieve(&self, req: Request<RetrieveRequest>) -> Result<Response<Self::RetrieveStream>, Status> {
-        let peer = req.remote_addr();
+        let key = session_key(&req);
         let r = req.into_inner();
-        let s = self.0.session(r.session, peer)?;
+        let s = self.0.session(r.session, key.as_deref())?;
         let device = self.0.device(r.device)?;
         s.check_range(r.addr, r.size)?;
-        let chunk = u64::from(r.chunk.clamp(4096, omp_remote_proto::MAX_CHUNK_BYTES));
-        let (tx, rx) = mpsc::channel(4);
+        let chunk = u64::from(r.chunk.clamp(4096, self.0.cfg.block_size));
+        let (tx, rx) = mpsc::channel(self.0.cfg.read_ahead(chunk));
         tokio::spawn(async move {
             let mut off = 0u64;
             while off < r.size {
@@ -475,9 +487,9 @@ impl Offload for Handler {
     }
 
     async fn copy_within(&self, req: Request<CopyWithinRequest>) -> Result<Response<Empty>, Status> {
-        let peer = req.remote_addr();
+        let key = session_key(&req);
         let r = req.into_inner();
-        let s = self.0.session(r.session, peer)?;
+        let s = self.0.session(r.session, key.as_deref())?;
         let device = self.0.device(r.device)?;
         s.check_range(r.src, r.size)?;
         s.check_range(r.dst, r.size)?;
@@ -486,16 +498,16 @@ impl Offload for Handler {
         Ok(Response::new(Empty {}))
     }
 
-    async fn launch(&self, req: Request<LaunchRequest>) -> Result<Response<Empty>, Status> {
-        let peer = req.remote_addr();
+    async fn launch(&self, req: Request<LaunchRequest>) -> Result<Response<LaunchReply>, Status> {
+        let key = session_key(&req);
         let r = req.into_inner();
-        let s = self.0.session(r.session, peer)?;
+        let s = self.0.session(r.session, key.as_deref())?;
         let device = self.0.device(r.device)?;
         if r.args.len() > MAX_KERNEL_ARGS {
             return Err(Status::invalid_argument(format!("{} kernel arguments are too many", r.args.len())));
         }
         let (addr, name) = {
-            let o = s.owned.lock().unwrap();
+            let o = s.owned.lock();
             match r.kernel.checked_sub(1).and_then(|i| o.kernels.get(i as usize)) {
                 Some(k) if k.device == device => (k.addr, k.name.clone()),
                 _ => {
@@ -511,28 +523,39 @@ impl Offload for Handler {
             thread_limit: r.thread_limit,
             args: &r.args,
         };
-        s.running.lock().unwrap().push(name.clone());
+        s.running.lock().push(name.clone());
         let r = s.worker.call(req).await;
         let r = r.map_err(|e| match e {
             CallError::Failed(m) => Status::internal(m),
             CallError::Died(how) => {
                 s.end(&s.death_reason(&how));
-                let why = s.ended.lock().unwrap().clone().unwrap_or_default();
+                let why = s.ended.lock().clone().unwrap_or_default();
                 Status::aborted(format!("session ended: {why}"))
             }
         });
-        let mut running = s.running.lock().unwrap();
+        let mut running = s.running.lock();
         if let Some(i) = running.iter().position(|n| *n == name) {
             running.remove(i);
         }
         drop(running);
         r?;
-        Ok(Response::new(Empty {}))
+        Ok(Response::new(LaunchReply { output_bytes: s.worker.output_bytes() }))
     }
 
     async fn ping(&self, _req: Request<Empty>) -> Result<Response<Empty>, Status> {
         Ok(Response::new(Empty {}))
     }
+}
+
+/// The session secret a call carries.
+fn session_key<T>(req: &Request<T>) -> Option<String> {
+    req.metadata().get(omp_remote_proto::SESSION_KEY_HEADER).and_then(|v| v.to_str().ok()).map(str::to_string)
+}
+
+/// Compares secrets in constant time (in the expected secret's length).
+fn same_secret(given: &str, expected: &str) -> bool {
+    let (a, b) = (given.as_bytes(), expected.as_bytes());
+    a.iter().zip(b).fold(a.len() ^ b.len(), |d, (x, y)| d | usize::from(x ^ y)) == 0
 }
 
 /// Checks the client's token (constant time in the token's length).
@@ -544,9 +567,7 @@ pub fn check_token(expected: Option<&str>, req: &Request<()>) -> Result<(), Stat
             "this server requires a token (LIBOMPTARGET_RPC_TOKEN or LIBOMPTARGET_RPC_TOKEN_FILE)",
         ));
     };
-    let (a, b) = (given.as_bytes(), expected.as_bytes());
-    let diff = a.iter().zip(b).fold(a.len() ^ b.len(), |d, (x, y)| d | usize::from(x ^ y));
-    if diff != 0 {
+    if !same_secret(given, expected) {
         return Err(Status::unauthenticated("wrong token"));
     }
     Ok(())

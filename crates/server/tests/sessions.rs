@@ -6,6 +6,7 @@ use omp_remote_proto::pb::offload_client::OffloadClient;
 use omp_remote_proto::pb::*;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -42,24 +43,54 @@ impl Drop for Server {
     }
 }
 
-type Client = OffloadClient<tonic::service::interceptor::InterceptedService<Channel, Token>>;
+type Stub = OffloadClient<tonic::service::interceptor::InterceptedService<Channel, Token>>;
+
+/// A client: the stub, and the secret of the session it opened last (sent on every call).
+struct Client {
+    stub: Stub,
+    secret: Secret,
+}
+
+type Secret = Arc<Mutex<Option<String>>>;
+
+impl std::ops::Deref for Client {
+    type Target = Stub;
+    fn deref(&self) -> &Stub {
+        &self.stub
+    }
+}
+
+impl std::ops::DerefMut for Client {
+    fn deref_mut(&mut self) -> &mut Stub {
+        &mut self.stub
+    }
+}
 
 #[derive(Clone)]
-struct Token(Option<&'static str>);
+struct Token(Option<&'static str>, Secret);
 
 impl tonic::service::Interceptor for Token {
     fn call(&mut self, mut r: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
         if let Some(t) = self.0 {
             r.metadata_mut().insert("authorization", format!("Bearer {t}").parse().unwrap());
         }
+        if let Some(k) = self.1.lock().unwrap().as_deref() {
+            r.metadata_mut().insert(omp_remote_proto::SESSION_KEY_HEADER, k.parse().unwrap());
+        }
         Ok(r)
     }
+}
+
+/// A client on `ch`.
+fn client(ch: Channel, token: Option<&'static str>) -> Client {
+    let secret = Secret::default();
+    Client { stub: OffloadClient::with_interceptor(ch, Token(token, secret.clone())), secret }
 }
 
 /// A new connection (each has its own sessions).
 async fn connect(s: &Server, token: Option<&'static str>) -> Client {
     let ch = Channel::from_shared(s.url.clone()).unwrap().connect().await.expect("connect");
-    OffloadClient::with_interceptor(ch, Token(token))
+    client(ch, token)
 }
 
 /// Opens a session; the returned sender keeps it alive (heartbeats are up to the caller).
@@ -69,6 +100,8 @@ async fn open(c: &mut Client) -> (u64, mpsc::Sender<SessionUp>, tonic::Streaming
     let mut down = c.session(ReceiverStream::new(rx)).await.expect("session").into_inner();
     let first = down.message().await.unwrap().unwrap();
     assert_ne!(first.session, 0);
+    assert_eq!(first.secret.len(), 32, "{first:?}");
+    *c.secret.lock().unwrap() = Some(first.secret);
     (first.session, tx, down)
 }
 
@@ -171,17 +204,18 @@ async fn limits_on_memory_images_and_sessions() {
 #[tokio::test]
 async fn tokens_and_versions_are_checked() {
     let s = Server::start(&[]);
-    let e = connect(&s, None).await.hello(hello(1, false)).await.unwrap_err();
+    let e = connect(&s, None).await.hello(hello(omp_remote_proto::PROTOCOL_VERSION, false)).await.unwrap_err();
     assert_eq!(e.code(), Code::Unauthenticated, "{e:?}");
-    let e = connect(&s, Some("guess")).await.hello(hello(1, false)).await.unwrap_err();
+    let e = connect(&s, Some("guess")).await.hello(hello(omp_remote_proto::PROTOCOL_VERSION, false)).await.unwrap_err();
     assert_eq!(e.code(), Code::Unauthenticated, "{e:?}");
     let mut c = connect(&s, Some(TOKEN)).await;
-    let h = c.hello(hello(1, false)).await.unwrap().into_inner();
-    assert_eq!((h.protocol_version, h.num_devices, h.pointer_width), (1, 4, 64));
+    let v = omp_remote_proto::PROTOCOL_VERSION;
+    let h = c.hello(hello(v, false)).await.unwrap().into_inner();
+    assert_eq!((h.protocol_version, h.num_devices, h.pointer_width), (v, 4, 64));
     assert!(h.triples.iter().any(|t| t == "x86_64-pc-linux-gnu"), "{h:?}");
     let e = c.hello(hello(99, false)).await.unwrap_err();
     assert_eq!(e.code(), Code::FailedPrecondition, "{e:?}");
-    let e = c.hello(hello(1, true)).await.unwrap_err();
+    let e = c.hello(hello(v, true)).await.unwrap_err();
     assert!(e.message().contains("remote-to-remote"), "{e:?}");
     // Every call needs the token, not just Hello.
     let e = connect(&s, None).await.alloc(AllocRequest { session: 1, device: 0, size: 8, kind: 0 }).await.unwrap_err();
@@ -251,4 +285,82 @@ async fn max_sessions_is_exact_under_concurrent_opens() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     assert!(reopened, "a closed session's place is given back");
+}
+
+/// Two stubs on one HTTP/2 connection (as behind a proxy): the session id alone does not
+/// give the second one the first one's session; its secret is needed on every call.
+#[tokio::test]
+async fn a_session_needs_its_secret_not_just_its_id() {
+    let s = Server::start(&[]);
+    let ch = Channel::from_shared(s.url.clone()).unwrap().connect().await.expect("connect");
+    let mut owner = client(ch.clone(), Some(TOKEN));
+    let mut other = client(ch, Some(TOKEN));
+    let (id, _k, _) = open(&mut owner).await;
+    let addr = owner.alloc(AllocRequest { session: id, device: 0, size: 64, kind: 0 }).await.unwrap().into_inner().addr;
+    let tries = [None, Some("0".repeat(32)), Some("x".into())];
+    for secret in tries {
+        *other.secret.lock().unwrap() = secret.clone();
+        let e = other.alloc(AllocRequest { session: id, device: 0, size: 64, kind: 0 }).await.unwrap_err();
+        assert_eq!(e.code(), Code::PermissionDenied, "{secret:?}: {e:?}");
+        let e = other.free(FreeRequest { session: id, device: 0, addr }).await.unwrap_err();
+        assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+        let e =
+            other.retrieve(RetrieveRequest { session: id, device: 0, addr, size: 8, chunk: 4096 }).await.unwrap_err();
+        assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+        let chunk = SubmitChunk { session: id, device: 0, addr, total_size: 8, offset: 0, data: vec![1u8; 8].into() };
+        let e = other.submit(tokio_stream::iter(vec![chunk])).await.unwrap_err();
+        assert_eq!(e.code(), Code::PermissionDenied, "{e:?}");
+    }
+    owner.free(FreeRequest { session: id, device: 0, addr }).await.expect("the owner's calls carry the secret");
+}
+
+/// Bad option values are usage errors (status 2, naming the option), never panics; a lease
+/// below the heartbeat floor is raised, and said.
+#[test]
+fn options_are_validated_with_usage_errors() {
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_offload-server"))
+            .args(args)
+            .env("OFFLOAD_SERVER_TOKEN", TOKEN)
+            .stdin(Stdio::null())
+            .output()
+            .expect("run offload-server")
+    };
+    for bad in [
+        &["--lease", "0"][..],
+        &["--lease", "-1"],
+        &["--lease", "nan"],
+        &["--lease", "1e30"],
+        &["--max-sessions", "0"],
+        &["--devices", "100"],
+        &["--max-session-memory", "12X"],
+        &["--listen", "not-an-address"],
+    ] {
+        let o = run(bad);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert_eq!(o.status.code(), Some(2), "{bad:?}: {err}");
+        assert!(err.contains(bad[0]) && !err.contains("panicked"), "{bad:?}: {err}");
+    }
+    let o = run(&["--help"]);
+    assert!(o.status.success() && String::from_utf8_lossy(&o.stdout).contains("--max-session-memory"));
+    let o = run(&["--man"]);
+    assert!(o.status.success() && String::from_utf8_lossy(&o.stdout).contains(".TH"), "{o:?}");
+}
+
+#[test]
+fn a_short_lease_is_raised_with_a_warning() {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_offload-server"))
+        .args(["--listen", "127.0.0.1:0", "--lease", "0.1"])
+        .env("OFFLOAD_SERVER_TOKEN", TOKEN)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap()).read_line(&mut line).unwrap();
+    assert!(line.starts_with("offload-server listening on"), "{line}");
+    let _ = child.kill();
+    let o = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("warning: --lease 0.100s raised to 1s"), "{err}");
 }

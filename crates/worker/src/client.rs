@@ -9,11 +9,12 @@
 //! is killed and every call fails with [`CallError::Died`].
 
 use crate::{sys, wire};
+use omp_sync::{Mutex, MutexGuard};
 use std::collections::HashMap;
 use std::io::BufReader;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 
 /// Why a worker call failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -183,6 +184,8 @@ fn decode(expect: Expect, tag: u8, payload: Vec<u8>) -> Result<Result<Response, 
 pub type Done = Box<dyn FnOnce(Result<Response, CallError>) + Send>;
 /// Told how the worker ended.
 pub type OnExit = Box<dyn FnOnce(&str) + Send>;
+/// Given what the worker's code wrote: `(is stderr, bytes)`, in order, on the reader thread.
+pub type OnOutput = Box<dyn FnMut(bool, &[u8]) + Send>;
 
 struct Pending {
     expect: Expect,
@@ -200,7 +203,7 @@ struct Shared {
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|p| p.into_inner())
+    m.lock()
 }
 
 /// Dispatches one reply frame; an error means the worker broke the protocol.
@@ -226,6 +229,9 @@ pub struct SpawnOptions {
     pub direct_copies: bool,
     /// Called once, on the reader thread, with how the worker ended.
     pub on_exit: Option<OnExit>,
+    /// Where the worker's output goes (default: this process's stderr). Output written
+    /// before a reply is delivered before the reply's callback runs.
+    pub on_output: Option<OnOutput>,
 }
 
 /// A running worker.
@@ -250,10 +256,19 @@ impl Worker {
             Arc::new(Shared { pending: Mutex::default(), died: Mutex::new(None), child: Mutex::new(child), pid });
         let s = shared.clone();
         let on_exit = opts.on_exit;
+        let mut on_output = opts.on_output.unwrap_or_else(|| {
+            Box::new(|_, b: &[u8]| {
+                use std::io::Write;
+                let _ = std::io::stderr().write_all(b);
+            })
+        });
         let reader = std::thread::Builder::new().name(format!("worker-{pid}")).spawn(move || {
             let mut r = BufReader::with_capacity(1 << 20, stdout);
             let broke = loop {
                 match wire::read_frame(&mut r, wire::MAX_REPLY_FRAME) {
+                    Ok(Some(f)) if f.id == 0 && matches!(f.tag, wire::OUT_STDOUT | wire::OUT_STDERR) => {
+                        on_output(f.tag == wire::OUT_STDERR, &f.payload);
+                    }
                     Ok(Some(f)) => {
                         if let Err(why) = dispatch(&s.pending, f) {
                             break Some(format!("sent a malformed reply ({why}) and was stopped"));
@@ -516,6 +531,7 @@ mod tests {
             cmd,
             SpawnOptions {
                 direct_copies: false,
+                on_output: None,
                 on_exit: Some(Box::new(move |how| {
                     let _ = tx.send(how.to_string());
                 })),
@@ -528,6 +544,33 @@ mod tests {
             Err(CallError::Died(m)) => assert!(m.contains("malformed"), "{m}"),
             r => panic!("{r:?}"),
         }
+    }
+
+    /// Output frames (id 0) go to `on_output` in order, before the reply that follows them.
+    #[test]
+    fn output_frames_reach_on_output_before_the_reply() {
+        // Once the 25-byte request has arrived: two output frames ("hi" to stdout, "err" to
+        // stderr), then an empty OK reply to request 1; then the worker waits.
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c").arg(concat!(
+            r"head -c 25 >/dev/null; ",
+            r"printf '\013\0\0\0\0\0\0\0\0\0\0\0\002hi'; ",
+            r"printf '\014\0\0\0\0\0\0\0\0\0\0\0\003err'; ",
+            r"printf '\011\0\0\0\001\0\0\0\0\0\0\0\000'; sleep 30",
+        ));
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let s = seen.clone();
+        let w = Worker::spawn(
+            cmd,
+            SpawnOptions {
+                on_output: Some(Box::new(move |is_err, b: &[u8]| lock(&s).push((is_err, b.to_vec())))),
+                ..Default::default()
+            },
+        )
+        .unwrap();
+        assert_eq!(w.call(&Request::Free { device: 0, addr: 8 }), Ok(Response::Done));
+        assert_eq!(*lock(&seen), vec![(false, b"hi".to_vec()), (true, b"err".to_vec())]);
+        w.stop();
     }
 
     /// A worker that exits: pending and later calls fail, naming how it ended.

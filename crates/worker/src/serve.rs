@@ -1,19 +1,21 @@
 //! The worker process's side: serve requests from the parent until it closes the pipe.
 //!
-//! Requests arrive on stdin and replies leave on the original stdout; the worker's own
-//! fd 1 is pointed at its stderr first, so kernels' `printf` cannot corrupt the framing
-//! (what reaches stderr is the parent's to forward). A launch runs on the thread that read
+//! Requests arrive on stdin and replies leave on the original stdout. The worker's own fd 1
+//! and fd 2 become pipes it reads itself: what its code writes there goes to the parent as
+//! output frames, in order with the replies (all output written before a reply precedes
+//! it), so kernels' `printf` can neither corrupt the framing nor be lost. A launch runs on the thread that read
 //! it while another thread takes over reading, so a long kernel never holds up allocations
 //! or copies.
 
 use crate::wire::{self, Dec, Enc};
 use omp_plugin::{AllocKind, Device, ImageId, KernelId, LaunchConfig, Plugin};
+use omp_sync::Mutex;
 use std::ffi::CString;
 use std::fs::File;
 use std::io::{BufReader, BufWriter};
 use std::os::fd::FromRawFd;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 type Out = Arc<Mutex<BufWriter<File>>>;
 
@@ -28,6 +30,13 @@ pub fn main(plugin: &dyn Plugin, devices: usize, parent: i32) -> i32 {
         Ok(f) => Arc::new(Mutex::new(BufWriter::with_capacity(1 << 16, f))),
         Err(e) => {
             eprintln!("device worker: cannot set up its pipe: {e}");
+            return 1;
+        }
+    };
+    let capture = match Capture::start(out.clone()) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("device worker: cannot capture its output: {e}");
             return 1;
         }
     };
@@ -51,6 +60,7 @@ pub fn main(plugin: &dyn Plugin, devices: usize, parent: i32) -> i32 {
         waiting: AtomicUsize::new(0),
         devs,
         out,
+        capture,
     });
     serve(&shared)
 }
@@ -65,12 +75,13 @@ struct Shared {
     waiting: AtomicUsize,
     devs: Vec<Arc<dyn Device>>,
     out: Out,
+    capture: Arc<Capture>,
 }
 
 fn serve(shared: &Arc<Shared>) -> i32 {
     loop {
         shared.waiting.fetch_add(1, Ordering::AcqRel);
-        let mut input = shared.input.lock().unwrap_or_else(|p| p.into_inner());
+        let mut input = shared.input.lock();
         shared.waiting.fetch_sub(1, Ordering::AcqRel);
         let frame = loop {
             let frame = match wire::read_frame(&mut *input, wire::MAX_REQUEST_FRAME) {
@@ -86,6 +97,12 @@ fn serve(shared: &Arc<Shared>) -> i32 {
                 break frame;
             }
             let result = handle(&shared.devs, frame.tag, &frame.payload).map_err(|e| e.to_string());
+            if frame.tag == wire::OP_LOAD {
+                // Global constructors may print.
+                // SAFETY: fflush(NULL) flushes every open output stream; it takes no pointer of ours.
+                unsafe { libc::fflush(std::ptr::null_mut()) };
+            }
+            shared.capture.drain();
             reply(&shared.out, frame.id, result);
         };
         drop(input);
@@ -98,12 +115,13 @@ fn serve(shared: &Arc<Shared>) -> i32 {
         // they are pipes).
         // SAFETY: fflush(NULL) flushes every open output stream; it takes no pointer of ours.
         unsafe { libc::fflush(std::ptr::null_mut()) };
+        shared.capture.drain();
         reply(&shared.out, frame.id, result);
     }
 }
 
 fn reply(out: &Out, id: u64, result: Result<Vec<u8>, String>) {
-    let mut w = out.lock().unwrap_or_else(|p| p.into_inner());
+    let mut w = out.lock();
     let r = match result {
         Ok(p) => wire::write_frame(&mut *w, id, wire::STATUS_OK, &[&p]),
         Err(e) => wire::write_frame(&mut *w, id, wire::STATUS_ERR, &[e.as_bytes()]),
@@ -217,17 +235,92 @@ fn die_with_parent(parent: i32) -> Result<(), String> {
     Ok(())
 }
 
-/// Moves the reply pipe (fd 1) to a fresh descriptor and points fd 1 at stderr.
+/// Moves the reply pipe (fd 1) to a fresh descriptor (fd 1 is then replaced by [`Capture`]).
 fn private_stdout() -> std::io::Result<File> {
-    // SAFETY: dup/dup2 on the process's own standard descriptors; results are checked.
+    // SAFETY: fcntl on the process's own fd 1; the result is checked.
     let fd = unsafe { libc::fcntl(1, libc::F_DUPFD_CLOEXEC, 3) };
     if fd < 0 {
         return Err(std::io::Error::last_os_error());
     }
-    // SAFETY: as above; fd 2 is open (inherited from the parent).
-    if unsafe { libc::dup2(2, 1) } < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
     // SAFETY: `fd` is a fresh descriptor that nothing else owns.
     Ok(unsafe { File::from_raw_fd(fd) })
+}
+
+/// The worker's fd 1 and fd 2, captured: pipes whose read ends are drained into output frames
+/// by a thread of their own, and by each reply before it is sent.
+struct Capture {
+    /// Non-blocking read ends with their frame tags; the lock keeps chunks in order.
+    ends: Mutex<[(File, u8); 2]>,
+    out: Out,
+}
+
+impl Capture {
+    fn start(out: Out) -> std::io::Result<Arc<Capture>> {
+        let mut ends = Vec::new();
+        for (fd, tag) in [(1, wire::OUT_STDOUT), (2, wire::OUT_STDERR)] {
+            let mut p = [0i32; 2];
+            // SAFETY: pipe2 writes two descriptors into `p`; the result is checked.
+            if unsafe { libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // SAFETY: both descriptors are fresh and owned here from now on.
+            let (r, w) = unsafe { (File::from_raw_fd(p[0]), File::from_raw_fd(p[1])) };
+            // The write end must block (a kernel's printf waits for room, never fails).
+            use std::os::fd::AsRawFd;
+            // SAFETY: fcntl on a descriptor we own; dup2 replaces our own fd 1 or 2.
+            unsafe {
+                let flags = libc::fcntl(w.as_raw_fd(), libc::F_GETFL);
+                if flags < 0 || libc::fcntl(w.as_raw_fd(), libc::F_SETFL, flags & !libc::O_NONBLOCK) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                if libc::dup2(w.as_raw_fd(), fd) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            ends.push((r, tag));
+        }
+        let [a, b]: [(File, u8); 2] = ends.try_into().map_err(|_| std::io::Error::other("two pipes"))?;
+        let c = Arc::new(Capture { ends: Mutex::new([a, b]), out });
+        let t = c.clone();
+        std::thread::Builder::new().name("output".into()).spawn(move || t.forward())?;
+        Ok(c)
+    }
+
+    /// Waits for output and forwards it, for output written while no reply is due.
+    fn forward(&self) {
+        use std::os::fd::AsRawFd;
+        let fds: Vec<i32> = self.ends.lock().iter().map(|(f, _)| f.as_raw_fd()).collect();
+        loop {
+            let mut polls: Vec<libc::pollfd> =
+                fds.iter().map(|&fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 }).collect();
+            // SAFETY: `polls` is a valid array of pollfd for the call.
+            let n = unsafe { libc::poll(polls.as_mut_ptr(), polls.len() as libc::nfds_t, -1) };
+            if n < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+                return;
+            }
+            self.drain();
+        }
+    }
+
+    /// Sends everything the pipes hold now as output frames.
+    fn drain(&self) {
+        use std::io::Read;
+        let mut ends = self.ends.lock();
+        let mut buf = [0u8; 64 << 10];
+        for (r, tag) in ends.iter_mut() {
+            loop {
+                match r.read(&mut buf) {
+                    Ok(0) => break,
+                    Ok(n) => {
+                        let mut w = self.out.lock();
+                        if wire::write_frame(&mut *w, 0, *tag, &[&buf[..n]]).is_err() {
+                            std::process::exit(0);
+                        }
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(_) => break, // WouldBlock: nothing more now
+                }
+            }
+        }
+    }
 }

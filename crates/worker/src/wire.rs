@@ -16,6 +16,9 @@ pub const OP_COPY: u8 = 8;
 
 pub const STATUS_OK: u8 = 0;
 pub const STATUS_ERR: u8 = 1;
+/// Unsolicited frames (request id 0) from the worker: what its code wrote to fd 1 and fd 2.
+pub const OUT_STDOUT: u8 = 2;
+pub const OUT_STDERR: u8 = 3;
 
 /// Bytes of a frame's length-counted header (request id and tag).
 const HEAD: usize = 9;
