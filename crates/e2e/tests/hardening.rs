@@ -361,3 +361,31 @@ fn interop_constructs_honour_their_depend_clauses() {
         assert!(err(&o).is_empty(), "{}", err(&o));
     }
 }
+
+/// Item 22: strided `target update to(...)`. Where the compiler passes the stride (clang 22,
+/// a local array) exactly the named elements move, as on LLVM 22; where it does not (clang
+/// 19 drops it and asks for the whole span; clang 22 passes a pointer member's section with
+/// a byte size for its dimension count, on which LLVM 22 crashes) the update is refused
+/// with a message, never silently overwriting the skipped elements.
+#[test]
+fn strided_updates_are_exact_or_refused() {
+    let exe = build(Llvm::V22, "strided_update.c");
+    let ours = run_with(&exe, &dist_lib(), &[]);
+    let theirs = run_with(&exe, &Llvm::V22.llvm_lib(), &[]);
+    assert!(ours.status.success(), "{}", err(&ours));
+    assert_eq!(out(&ours), "array section: 0 wrong\n");
+    assert_eq!(out(&ours), out(&theirs));
+    let e = fails_at_construct(Llvm::V22, "strided_update.c", &["member"]);
+    assert!(
+        e.contains("'s.data[0:s.len / 2:2]' (strided_update.c:18:11): a strided (non-contiguous) update with 4096 dimensions cannot be right"),
+        "{e}"
+    );
+    for args in [&[][..], &["member"][..]] {
+        let e = fails_at_construct(Llvm::V19, "strided_update.c", args);
+        assert!(
+            e.contains("the compiler passed this strided section as 4096 contiguous bytes; updating them would overwrite the elements the stride skips: not updated"),
+            "{e}"
+        );
+        assert!(e.contains("Call to targetDataUpdate failed, abort target."), "{e}");
+    }
+}

@@ -721,6 +721,17 @@ impl Runtime {
                 continue;
             }
             if has(ty, mt::NON_CONTIG) {
+                // clang emits one descriptor per dimension and passes their number as the
+                // size; clang 22 passes the section's byte size there for a section of a
+                // pointer member, which cannot be read as descriptors.
+                if !(1..=MAX_DIMS).contains(&args.sizes[i]) {
+                    info::error(format_args!(
+                        "{}: a strided (non-contiguous) update with {} dimensions cannot be right (at most {MAX_DIMS}; the compiler may have passed a size instead): not updated",
+                        described(args.name(i)),
+                        args.sizes[i]
+                    ));
+                    return Err(Failed);
+                }
                 self.update_non_contiguous(
                     dev,
                     args.bases[i],
@@ -730,6 +741,17 @@ impl Runtime {
                     args.name(i),
                 )?;
             } else {
+                if strided_name(args.name(i)) {
+                    // clang 19 drops the stride of a section of a pointer member and asks for
+                    // every element in its span: copying them would overwrite the elements
+                    // the section leaves out.
+                    info::error(format_args!(
+                        "{}: the compiler passed this strided section as {} contiguous bytes; updating them would overwrite the elements the stride skips: not updated",
+                        described(args.name(i)),
+                        args.sizes[i]
+                    ));
+                    return Err(Failed);
+                }
                 self.update_contiguous(dev, args.begins[i], args.sizes[i].max(0) as usize, ty, args.name(i))?;
             }
         }
@@ -816,6 +838,49 @@ impl Runtime {
             }
         }
     }
+}
+
+/// More dimensions than any array a program declares: a non-contiguous update's size beyond
+/// this is not a dimension count.
+const MAX_DIMS: i64 = 64;
+
+/// Whether a map-name string's last array section has a stride other than 1
+/// (`a.p[0:n:2]`): the name is the only trace of it when the compiler dropped the stride.
+fn strided_name(name: usize) -> bool {
+    let Some(s) = host_memory::c_str(name) else { return false };
+    let expr = omp_format::SourceLocation::from_map_name(s).name;
+    let Some(body) = expr.strip_suffix(']') else { return false };
+    // The last section's bracket: scan back to the '[' that opens it.
+    let mut depth = 0;
+    let mut open = None;
+    for (i, c) in body.char_indices().rev() {
+        match c {
+            ']' | ')' => depth += 1,
+            '(' => depth -= 1,
+            '[' if depth == 0 => {
+                open = Some(i);
+                break;
+            }
+            '[' => depth -= 1,
+            _ => {}
+        }
+    }
+    let Some(open) = open else { return false };
+    let mut parts = Vec::new();
+    let (mut depth, mut start) = (0, open + 1);
+    for (i, c) in body[open + 1..].char_indices().map(|(i, c)| (i + open + 1, c)) {
+        match c {
+            '[' | '(' => depth += 1,
+            ']' | ')' => depth -= 1,
+            ':' if depth == 0 => {
+                parts.push(&body[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    parts.push(&body[start..]);
+    parts.len() == 3 && parts[2].trim() != "1"
 }
 
 /// No program memory lives in the first page (Linux's `mmap_min_addr` is at least this):

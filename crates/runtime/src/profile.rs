@@ -107,7 +107,8 @@ fn json_str(s: &str) -> String {
 fn write_into(path: &str, bytes: &[u8]) -> std::io::Result<()> {
     use std::io::Write as _;
     use std::os::unix::fs::MetadataExt as _;
-    let mut f = std::fs::OpenOptions::new().write(true).create(true).open(path)?;
+    // Not truncated on open: a regular file is emptied below unless it is our stdout/stderr.
+    let mut f = std::fs::OpenOptions::new().write(true).create(true).truncate(false).open(path)?;
     let meta = f.metadata()?;
     if meta.is_file() {
         let same =
