@@ -448,3 +448,24 @@ fn a_tiny_lease_does_not_kill_a_running_kernel() {
     assert!(out.contains("copies ok=1 equal=1"), "{out}");
     assert!(server.log().contains("--lease 0.200s raised to 1s"), "{}", server.log());
 }
+
+/// Issue 12, item 16: a server that is down does not turn `OMP_DEFAULT_DEVICE=4` into the
+/// host device under MANDATORY: the program fails, naming the server and why.
+#[test]
+fn an_unavailable_remote_device_is_an_error_under_mandatory() {
+    let exe = build(Llvm::V22, "runtime/data_regions.c");
+    // Port 1 on loopback: nothing listens there, the connection is refused at once.
+    let env = [
+        ("LIBOMPTARGET_RPC_ADDRESS", "127.0.0.1:1".to_string()),
+        ("OMP_DEFAULT_DEVICE", "4".to_string()),
+        ("OMP_TARGET_OFFLOAD", "MANDATORY".to_string()),
+    ];
+    let o = run(&exe, &env);
+    let err = text(&o.stderr);
+    assert!(!o.status.success(), "the program must fail: {}\n{err}", text(&o.stdout));
+    assert!(err.contains("Device number '4' is not available"), "{err}");
+    assert!(err.contains("127.0.0.1:1"), "the error names the server: {err}");
+    // Without MANDATORY, device 4 is the initial device, as in LLVM: the program runs.
+    let o = run(&exe, &env[..2]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+}

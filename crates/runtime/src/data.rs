@@ -847,7 +847,7 @@ const MAX_DIMS: i64 = 64;
 /// Whether a map-name string's last array section has a stride other than 1
 /// (`a.p[0:n:2]`): the name is the only trace of it when the compiler dropped the stride.
 fn strided_name(name: usize) -> bool {
-    let Some(s) = host_memory::c_str(name) else { return false };
+    let Some(s) = info::map_name(name) else { return false };
     let expr = omp_format::SourceLocation::from_map_name(s).name;
     let Some(body) = expr.strip_suffix(']') else { return false };
     // The last section's bracket: scan back to the '[' that opens it.

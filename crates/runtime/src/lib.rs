@@ -245,6 +245,13 @@ impl Runtime {
         let n = self.num_devices();
         if n == 0 {
             info::error(format_args!("No devices available for the target construct"));
+            self.explain_unavailable(id);
+            return Err(Failed);
+        }
+        // A number at or past the host's names a device of a backend that is missing (a
+        // remote server that is down): under MANDATORY that is an error that says why, not
+        // a silent run on the host.
+        if id >= i64::from(n) && self.host.target_offload() == 2 && self.explain_unavailable(id) {
             return Err(Failed);
         }
         if id == i64::from(n) {
@@ -268,6 +275,16 @@ impl Runtime {
             return Err(Failed);
         }
         Ok(Target::Device(dev))
+    }
+
+    /// Reports, for device number `id`, every configured backend whose devices are missing
+    /// and why; false when none is.
+    fn explain_unavailable(&self, id: i64) -> bool {
+        let reasons: Vec<String> = self.plugins.iter().filter_map(|p| p.unavailable()).collect();
+        for why in &reasons {
+            info::error(format_args!("Device number '{id}' is not available: {why}"));
+        }
+        !reasons.is_empty()
     }
 
     /// LLVM's `handleTargetOutcome`: under MANDATORY a failure ends the program with the
