@@ -19,12 +19,20 @@ type Out = Arc<Mutex<BufWriter<File>>>;
 
 /// Runs the worker until the parent closes the pipe: opens `devices` devices of `plugin`.
 /// `parent` is the parent's pid (the worker ends with it). Returns the exit status.
+/// What kernels print on their standard output goes to the worker's stderr.
 pub fn main(plugin: &dyn Plugin, devices: usize, parent: i32) -> i32 {
+    main_with_output(plugin, devices, parent, 2)
+}
+
+/// As [`main`], with kernels' standard output sent to descriptor `kernel_stdout` (an
+/// isolated local device passes the program's own stdout, so that a kernel's `printf`
+/// lands where it would on the host device).
+pub fn main_with_output(plugin: &dyn Plugin, devices: usize, parent: i32, kernel_stdout: i32) -> i32 {
     if let Err(e) = die_with_parent(parent) {
         eprintln!("device worker: {e}");
         return 1;
     }
-    let out = match private_stdout() {
+    let out = match private_stdout(kernel_stdout) {
         Ok(f) => Arc::new(Mutex::new(BufWriter::with_capacity(1 << 16, f))),
         Err(e) => {
             eprintln!("device worker: cannot set up its pipe: {e}");
@@ -217,15 +225,18 @@ fn die_with_parent(parent: i32) -> Result<(), String> {
     Ok(())
 }
 
-/// Moves the reply pipe (fd 1) to a fresh descriptor and points fd 1 at stderr.
-fn private_stdout() -> std::io::Result<File> {
+/// Moves the reply pipe (fd 1) to a fresh descriptor and points fd 1 at `kernel_stdout`.
+fn private_stdout(kernel_stdout: i32) -> std::io::Result<File> {
+    if kernel_stdout <= 1 {
+        return Err(std::io::Error::other(format!("descriptor {kernel_stdout} cannot be the kernels' stdout")));
+    }
     // SAFETY: dup/dup2 on the process's own standard descriptors; results are checked.
     let fd = unsafe { libc::fcntl(1, libc::F_DUPFD_CLOEXEC, 3) };
     if fd < 0 {
         return Err(std::io::Error::last_os_error());
     }
-    // SAFETY: as above; fd 2 is open (inherited from the parent).
-    if unsafe { libc::dup2(2, 1) } < 0 {
+    // SAFETY: as above; dup2 fails (checked) when `kernel_stdout` is not open.
+    if unsafe { libc::dup2(kernel_stdout, 1) } < 0 {
         return Err(std::io::Error::last_os_error());
     }
     // SAFETY: `fd` is a fresh descriptor that nothing else owns.

@@ -1,0 +1,29 @@
+//! `offload-worker`: the process an isolated local device (LIBOMPTARGET_ISOLATE=1) runs its
+//! kernels in. Started by the program's runtime, never by hand:
+//! `offload-worker --worker <devices> <parent pid>`, requests on stdin, replies on stdout,
+//! the program's own stdout as descriptor 3 (what kernels print goes there).
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let (devices, parent) = match args.as_slice() {
+        [flag, d, p] if flag == "--worker" => match (d.parse::<usize>(), p.parse::<i32>()) {
+            (Ok(d), Ok(p)) if (1..=omp_plugin_isolate::MAX_DEVICES).contains(&d) && p > 0 => (d, p),
+            _ => usage(),
+        },
+        _ => usage(),
+    };
+    let out = if omp_plugin_isolate::fd_is_open(omp_plugin_isolate::KERNEL_STDOUT_FD) {
+        omp_plugin_isolate::KERNEL_STDOUT_FD
+    } else {
+        2
+    };
+    std::process::exit(omp_worker::serve::main_with_output(&omp_plugin_host::HostPlugin, devices, parent, out));
+}
+
+fn usage() -> ! {
+    eprintln!(
+        "offload-worker runs the kernels of an isolated device (LIBOMPTARGET_ISOLATE=1); \
+         the OpenMP runtime starts it: offload-worker --worker <devices> <parent pid>"
+    );
+    std::process::exit(2);
+}
