@@ -31,6 +31,8 @@ int main(int argc, char **argv) {
   pid_t child = fork();
   if (child == 0) {
     char f[64];
+    close(req[1]);
+    close(rep[0]);
     // The worker's shape: a 4-byte length, then the frame (id, tag, payload).
     for (;;) {
       unsigned len;
@@ -41,6 +43,8 @@ int main(int argc, char **argv) {
       full(rep[1], f, 13, 0);
     }
   }
+  close(req[0]);
+  close(rep[1]);
   char msg[64] = {0};
   unsigned len = 45; // a launch of an empty kernel: device, kernel, flags, teams, threads, 0 args
   memcpy(msg, &len, 4);
