@@ -11,7 +11,11 @@
 //! where the system refuses that). The worker starts at the first use of a device and ends
 //! with the program (`PR_SET_PDEATHSIG`, and the end of its pipe).
 
-use omp_plugin::{AllocKind, Device, GlobalSymbol, ImageId, KernelId, LaunchConfig, Plugin, PluginError, Result};
+pub mod arena;
+
+use omp_plugin::{
+    host_memory, AllocKind, Device, GlobalSymbol, ImageId, KernelId, LaunchConfig, Plugin, PluginError, Result,
+};
 use omp_plugin_host::{HostPlugin, NUM_DEVICES};
 use omp_sync::Mutex;
 use omp_worker::{CallError, Request, Response, SpawnOptions, Worker};
@@ -46,9 +50,15 @@ pub struct IsolatePlugin {
 
 enum State {
     NotStarted,
-    Running(Arc<Worker>),
+    Running(Arc<Running>),
     /// Why it could not start (said once per device use; the device is then lost).
     Failed(String),
+}
+
+/// A started worker, and the device memory it shares with the program (when it could map it).
+struct Running {
+    worker: Arc<Worker>,
+    arena: Option<arena::Arena>,
 }
 
 struct Shared {
@@ -89,7 +99,7 @@ impl IsolatePlugin {
     /// The worker's process id, once it runs.
     pub fn worker_pid(&self) -> Option<i32> {
         match &*self.shared.state.lock() {
-            State::Running(w) => Some(w.pid()),
+            State::Running(r) => Some(r.worker.pid()),
             _ => None,
         }
     }
@@ -115,7 +125,7 @@ impl Plugin for IsolatePlugin {
 
 impl Shared {
     /// The running worker, started at the first call.
-    fn worker(&self) -> Result<Arc<Worker>> {
+    fn worker(&self) -> Result<Arc<Running>> {
         let mut state = self.state.lock();
         match &*state {
             State::Running(w) => return Ok(w.clone()),
@@ -127,11 +137,15 @@ impl Shared {
             Err(why) => Err(format!("cannot start the isolated device's worker: {why}")),
         };
         match started {
-            Ok((w, exited)) => {
-                let w = Arc::new(w);
-                stop_at_exit(&w, exited);
-                *state = State::Running(w.clone());
-                Ok(w)
+            Ok((w, arena, exited)) => {
+                let worker = Arc::new(w);
+                stop_at_exit(&worker, exited);
+                // Any reply means the worker has set up (or failed to set up) the arena.
+                let _ = worker.call(&Request::Free { device: 0, addr: 0 });
+                let arena = arena.filter(|a| a.acknowledged());
+                let r = Arc::new(Running { worker, arena });
+                *state = State::Running(r.clone());
+                Ok(r)
             }
             Err(why) => {
                 *state = State::Failed(why.clone());
@@ -201,7 +215,7 @@ fn worker_library_path() -> OsString {
 /// Starts the worker. The fork happens on a thread that never ends: the worker's
 /// `PR_SET_PDEATHSIG` fires when the *thread* that forked it exits, and the first device use
 /// may come from any thread of the program.
-fn start(exe: &Path) -> std::result::Result<(Worker, Arc<Exited>), String> {
+fn start(exe: &Path) -> std::result::Result<(Worker, Option<arena::Arena>, Arc<Exited>), String> {
     let cannot = |why: String| {
         format!(
             "cannot start the isolated device's worker {}: {why} (LIBOMPTARGET_ISOLATE=1 runs kernels in \
@@ -224,6 +238,12 @@ fn start(exe: &Path) -> std::result::Result<(Worker, Arc<Exited>), String> {
     }
     cmd.env("LD_LIBRARY_PATH", worker_library_path());
     cmd.stderr(std::process::Stdio::inherit());
+    // Device memory shared with the worker, as large as this machine's memory (sparse).
+    let arena = arena::Arena::create(arena_size()).ok();
+    let arena_fd = arena.as_ref().map_or(-1, |a| a.fd());
+    if let Some(a) = &arena {
+        cmd.arg("--arena").arg(a.base().to_string()).arg(a.size().to_string());
+    }
     // The program's stdout, for what kernels print: a copy at 10 or above (so that it is
     // never descriptor 3 itself), close-on-exec here, made descriptor 3 in the child.
     // SAFETY: F_DUPFD_CLOEXEC duplicates fd 1 (or fails with -1 when it is closed).
@@ -233,6 +253,9 @@ fn start(exe: &Path) -> std::result::Result<(Worker, Arc<Exited>), String> {
     unsafe {
         cmd.pre_exec(move || {
             if out >= 0 && libc::dup2(out, KERNEL_STDOUT_FD) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if arena_fd >= 0 && libc::dup2(arena_fd, arena::ARENA_FD) < 0 {
                 return Err(std::io::Error::last_os_error());
             }
             // A crashing kernel leaves no core file behind.
@@ -261,7 +284,16 @@ fn start(exe: &Path) -> std::result::Result<(Worker, Arc<Exited>), String> {
         // SAFETY: `out` is our own duplicate, no longer needed once the child has exec'd.
         unsafe { libc::close(out) };
     }
-    r.map(|w| (w, exited)).map_err(|e| cannot(e.to_string()))
+    r.map(|w| (w, arena, exited)).map_err(|e| cannot(e.to_string()))
+}
+
+/// The arena's size: this machine's memory, between 1 GiB and 1 TiB (address space only
+/// until used).
+fn arena_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let (pages, page) = unsafe { (libc::sysconf(libc::_SC_PHYS_PAGES), libc::sysconf(libc::_SC_PAGESIZE)) };
+    let ram = if pages > 0 && page > 0 { (pages as usize).saturating_mul(page as usize) } else { 0 };
+    ram.clamp(1 << 30, 1 << 40)
 }
 
 /// Set once the worker has ended and was reaped.
@@ -343,8 +375,8 @@ fn relay_instead(e: &std::io::Error) -> bool {
 
 impl IsolateDevice {
     fn call(&self, req: &Request) -> Result<Response> {
-        let w = self.shared.worker()?;
-        w.call(req).map_err(|e| error(&w, e))
+        let r = self.shared.worker()?;
+        r.worker.call(req).map_err(|e| error(&r.worker, e))
     }
 }
 
@@ -379,7 +411,13 @@ impl Device for IsolateDevice {
     }
 
     fn alloc(&self, size: usize, _kind: AllocKind) -> Result<usize> {
-        // Every kind is device memory: nothing here is shared with the program.
+        // Every kind is device memory: no kernel reaches the program's own memory.
+        let r = self.shared.worker()?;
+        if let Some(a) = &r.arena {
+            return a
+                .alloc(size)
+                .ok_or_else(|| PluginError::out_of_memory(format!("out of device memory allocating {size} bytes")));
+        }
         match self.call(&Request::Alloc { device: self.index, size: size as u64 }) {
             Ok(Response::Addr(a)) => Ok(a as usize),
             Ok(r) => Err(unexpected(r)),
@@ -391,6 +429,16 @@ impl Device for IsolateDevice {
     }
 
     fn free(&self, ptr: usize, _kind: AllocKind) -> Result<()> {
+        let r = self.shared.worker()?;
+        if let Some(a) = &r.arena {
+            if a.free(ptr) {
+                return Ok(());
+            }
+            return Err(PluginError::failed(format!(
+                "0x{ptr:016x} is not memory allocated on device {} (freed twice, or never allocated)",
+                self.index
+            )));
+        }
         self.call(&Request::Free { device: self.index, addr: ptr as u64 }).map(|_| ())
     }
 
@@ -398,19 +446,26 @@ impl Device for IsolateDevice {
         if size == 0 {
             return Ok(());
         }
-        let w = self.shared.worker()?;
+        let r = self.shared.worker()?;
+        let w = &r.worker;
+        if r.arena.as_ref().is_some_and(|a| a.contains(tgt, size)) {
+            // SAFETY: the host range is readable by the caller's promise; `[tgt, tgt+size)`
+            // lies in the arena, mapped read-write in this process for its whole life.
+            unsafe { host_memory::copy(tgt, host, size) };
+            return Ok(());
+        }
         // SAFETY: the caller vouches that `[host, host+size)` is readable for this call.
         let data = unsafe { std::slice::from_raw_parts(host as *const u8, size) };
         if self.shared.direct.load(Ordering::Relaxed) {
             match omp_worker::sys::write_to(w.pid(), tgt as u64, data) {
                 Ok(()) => return Ok(()),
                 Err(e) if relay_instead(&e) => self.shared.direct.store(false, Ordering::Relaxed),
-                Err(e) => return Err(copy_error(&w, e)),
+                Err(e) => return Err(copy_error(w, e)),
             }
         }
         for (i, chunk) in data.chunks(RELAY_CHUNK).enumerate() {
             let addr = (tgt + i * RELAY_CHUNK) as u64;
-            w.call(&Request::Write { device: self.index, addr, data: chunk }).map_err(|e| error(&w, e))?;
+            w.call(&Request::Write { device: self.index, addr, data: chunk }).map_err(|e| error(w, e))?;
         }
         Ok(())
     }
@@ -419,7 +474,14 @@ impl Device for IsolateDevice {
         if size == 0 {
             return Ok(());
         }
-        let w = self.shared.worker()?;
+        let r = self.shared.worker()?;
+        let w = &r.worker;
+        if r.arena.as_ref().is_some_and(|a| a.contains(tgt, size)) {
+            // SAFETY: the host range is writable by the caller's promise; `[tgt, tgt+size)`
+            // lies in the arena, mapped in this process for its whole life.
+            unsafe { host_memory::copy(host, tgt, size) };
+            return Ok(());
+        }
         // SAFETY: the caller vouches that `[host, host+size)` is writable and unused by
         // anything else during this call.
         let buf = unsafe { std::slice::from_raw_parts_mut(host as *mut u8, size) };
@@ -427,7 +489,7 @@ impl Device for IsolateDevice {
             match omp_worker::sys::read_from(w.pid(), tgt as u64, buf) {
                 Ok(()) => return Ok(()),
                 Err(e) if relay_instead(&e) => self.shared.direct.store(false, Ordering::Relaxed),
-                Err(e) => return Err(copy_error(&w, e)),
+                Err(e) => return Err(copy_error(w, e)),
             }
         }
         for (i, chunk) in buf.chunks_mut(RELAY_CHUNK).enumerate() {
@@ -435,18 +497,26 @@ impl Device for IsolateDevice {
             match w.call(&Request::Read { device: self.index, addr, len: chunk.len() as u64 }) {
                 Ok(Response::Data(d)) if d.len() == chunk.len() => chunk.copy_from_slice(&d),
                 Ok(r) => return Err(unexpected(r)),
-                Err(e) => return Err(error(&w, e)),
+                Err(e) => return Err(error(w, e)),
             }
         }
         Ok(())
     }
 
     fn copy_within(&self, dst: usize, src: usize, size: usize) -> Result<()> {
+        let r = self.shared.worker()?;
+        if r.arena.as_ref().is_some_and(|a| a.contains(dst, size) && a.contains(src, size)) {
+            // SAFETY: both ranges lie in the arena, mapped read-write here; the runtime
+            // checked them against its allocations.
+            unsafe { host_memory::copy(dst, src, size) };
+            return Ok(());
+        }
         self.call(&Request::Copy { device: self.index, dst: dst as u64, src: src as u64, len: size as u64 }).map(|_| ())
     }
 
     fn launch(&self, kernel: KernelId, args: &[usize], config: &LaunchConfig) -> Result<()> {
-        let w = self.shared.worker()?;
+        let r = self.shared.worker()?;
+        let w = &r.worker;
         let mut small = [0u64; 16];
         let heap: Vec<u64>;
         let args: &[u64] = if args.len() <= small.len() {
@@ -487,7 +557,12 @@ impl Device for IsolateDevice {
 
     fn info(&self) -> Vec<(String, String)> {
         let worker = match &*self.shared.state.lock() {
-            State::Running(w) => format!("pid {}", w.pid()),
+            State::Running(r) => match &r.arena {
+                Some(a) => {
+                    format!("pid {}, device memory shared at 0x{:x} ({} bytes)", r.worker.pid(), a.base(), a.size())
+                }
+                None => format!("pid {}", r.worker.pid()),
+            },
             State::Failed(why) => format!("failed to start: {why}"),
             State::NotStarted => "not started".into(),
         };
@@ -498,9 +573,13 @@ impl Device for IsolateDevice {
         ]
     }
 
-    /// As on a discrete GPU: a kernel here never reaches the program's memory.
-    fn is_accessible(&self, _ptr: usize, _size: usize) -> bool {
-        false
+    /// As on a discrete GPU: a kernel here never reaches the program's own memory; memory
+    /// the device allocated (the shared arena, like managed memory) it does.
+    fn is_accessible(&self, ptr: usize, size: usize) -> bool {
+        match &*self.shared.state.lock() {
+            State::Running(r) => r.arena.as_ref().is_some_and(|a| a.contains(ptr, size.max(1))),
+            _ => false,
+        }
     }
 }
 

@@ -1,17 +1,31 @@
 //! `offload-worker`: the process an isolated local device (LIBOMPTARGET_ISOLATE=1) runs its
 //! kernels in. Started by the program's runtime, never by hand:
-//! `offload-worker --worker <devices> <parent pid>`, requests on stdin, replies on stdout,
-//! the program's own stdout as descriptor 3 (what kernels print goes there).
+//! `offload-worker --worker <devices> <parent pid> [--arena <address> <size>]`, requests on
+//! stdin, replies on stdout, the program's own stdout as descriptor 3 (what kernels print
+//! goes there) and the device memory arena's memfd as descriptor 4.
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let (devices, parent) = match args.as_slice() {
-        [flag, d, p] if flag == "--worker" => match (d.parse::<usize>(), p.parse::<i32>()) {
-            (Ok(d), Ok(p)) if (1..=omp_plugin_isolate::MAX_DEVICES).contains(&d) && p > 0 => (d, p),
+    let (devices, parent, arena) = match args.as_slice() {
+        [flag, d, p, rest @ ..] if flag == "--worker" => match (d.parse::<usize>(), p.parse::<i32>(), rest) {
+            (Ok(d), Ok(p), []) if (1..=omp_plugin_isolate::MAX_DEVICES).contains(&d) && p > 0 => (d, p, None),
+            (Ok(d), Ok(p), [a, base, size])
+                if a == "--arena" && (1..=omp_plugin_isolate::MAX_DEVICES).contains(&d) && p > 0 =>
+            {
+                match (base.parse::<usize>(), size.parse::<usize>()) {
+                    (Ok(b), Ok(s)) => (d, p, Some((b, s))),
+                    _ => usage(),
+                }
+            }
             _ => usage(),
         },
         _ => usage(),
     };
+    // Device memory shared with the program. When it cannot be mapped, the program notices
+    // (no acknowledgement) and allocates device memory here instead.
+    if let Some((base, size)) = arena {
+        let _ = omp_plugin_isolate::arena::map_in_worker(base, size);
+    }
     let out = if omp_plugin_isolate::fd_is_open(omp_plugin_isolate::KERNEL_STDOUT_FD) {
         omp_plugin_isolate::KERNEL_STDOUT_FD
     } else {
