@@ -166,7 +166,7 @@ fn map_at(fd: i32, addr: usize, size: usize) -> io::Result<()> {
 
 /// The worker's side: maps the arena passed as [`ARENA_FD`] at `addr` and acknowledges it.
 pub fn map_in_worker(addr: usize, size: usize) -> io::Result<()> {
-    if addr % 4096 != 0 || size < HEADER || addr.checked_add(size).is_none() {
+    if addr & 4095 != 0 || size < HEADER || addr.checked_add(size).is_none() {
         return Err(io::Error::other("bad arena address or size"));
     }
     map_at(ARENA_FD, addr, size)?;

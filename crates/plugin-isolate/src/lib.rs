@@ -551,7 +551,7 @@ impl Device for IsolateDevice {
                 };
                 Err(PluginError::lost(format!("the isolated device's worker (pid {}) ended: {how}{hint}", w.pid())))
             }
-            Err(e) => Err(error(&w, e)),
+            Err(e) => Err(error(w, e)),
         }
     }
 
