@@ -107,6 +107,20 @@ fn a_correct_program_gives_the_same_output_isolated() {
     }
 }
 
+/// Runtime programs that exercise concurrency (host threads launching on all devices at
+/// once, nowait/depend) and data regions: same stdout isolated.
+#[test]
+fn runtime_programs_give_the_same_output_isolated() {
+    for rel in ["runtime/threads.c", "runtime/nowait_depend.c", "runtime/data_regions.c"] {
+        let exe = build(Llvm::V22, rel);
+        let plain = run_with(&exe, &dist_lib(), &[]);
+        assert!(plain.status.success(), "{rel}: {}", text(&plain.stderr));
+        let iso = run_isolated(&exe, &[]);
+        assert!(iso.status.success(), "{rel}: {}", text(&iso.stderr));
+        assert_eq!(text(&iso.stdout), text(&plain.stdout), "{rel}: {}", text(&iso.stderr));
+    }
+}
+
 #[test]
 fn the_documented_unmapped_sum_crashes_isolated_naming_kernel_and_location() {
     let exe = build(Llvm::V22, "isolate/sum.c");

@@ -111,7 +111,10 @@ impl Arena {
     /// Frees an allocation; false when `addr` is not one.
     pub fn free(&self, addr: usize) -> bool {
         let Some(off) = addr.checked_sub(self.base) else { return false };
-        let Some(len) = self.heap.lock().free(off) else { return false };
+        // The lock is held until the pages are given back: until then nobody may be handed
+        // this range again (the hole would zero their data).
+        let mut heap = self.heap.lock();
+        let Some(len) = heap.free(off) else { return false };
         if len >= LARGE {
             // Give the pages back (the worker's view follows: same file).
             // SAFETY: fallocate on our memfd, on a page-aligned range inside it.
@@ -124,6 +127,7 @@ impl Arena {
                 )
             };
         }
+        drop(heap);
         true
     }
 }
