@@ -121,6 +121,16 @@ fn runtime_programs_give_the_same_output_isolated() {
     }
 }
 
+/// The worker is stopped (and reaped) at exit only after static destructors that may still
+/// run target regions.
+#[test]
+fn a_static_destructor_can_still_offload() {
+    let exe = build(Llvm::V22, "isolate/static_dtor.cpp");
+    let o = run_isolated(&exe, &[]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_eq!(text(&o.stdout), "main: y=1\ndestructor: x=42\n", "{}", text(&o.stderr));
+}
+
 #[test]
 fn the_documented_unmapped_sum_crashes_isolated_naming_kernel_and_location() {
     let exe = build(Llvm::V22, "isolate/sum.c");

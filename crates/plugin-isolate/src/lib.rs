@@ -91,6 +91,14 @@ impl IsolatePlugin {
     }
 
     fn with_worker_result(exe: std::result::Result<PathBuf, String>) -> Self {
+        // Registered now, when the runtime starts (the program's registration constructor):
+        // exit handlers run in reverse order, so the workers are stopped after the handlers
+        // and static destructors registered later, which may still run target regions.
+        static REGISTER: std::sync::Once = std::sync::Once::new();
+        REGISTER.call_once(|| {
+            // SAFETY: atexit takes a plain `extern "C" fn()` that lives as long as the program.
+            unsafe { libc::atexit(stop_workers) };
+        });
         IsolatePlugin {
             shared: Arc::new(Shared { exe, state: Mutex::new(State::NotStarted), direct: AtomicBool::new(true) }),
         }
@@ -322,11 +330,6 @@ static AT_EXIT: Mutex<Vec<(std::sync::Weak<Worker>, Arc<Exited>)>> = Mutex::new(
 /// At a normal exit, each worker is stopped and reaped by the program (a container's init
 /// may not reap orphans). After an abort, `PR_SET_PDEATHSIG` ends it.
 fn stop_at_exit(w: &Arc<Worker>, exited: Arc<Exited>) {
-    static REGISTER: std::sync::Once = std::sync::Once::new();
-    REGISTER.call_once(|| {
-        // SAFETY: atexit takes a plain `extern "C" fn()` that lives as long as the program.
-        unsafe { libc::atexit(stop_workers) };
-    });
     AT_EXIT.lock().push((Arc::downgrade(w), exited));
 }
 
