@@ -12,7 +12,7 @@ setup:
 
 # Release artifacts: the runtime under both sonames, the driver, the CPU device runtime.
 dist:
-	$(CARGO) build --release -p omp-libomptarget -p ompcc -p omp-devicertl-host -p offload-server
+	$(CARGO) build --release -p omp-libomptarget -p ompcc -p omp-devicertl-host -p offload-server -p omp-plugin-isolate
 	mkdir -p $(DIST)/lib $(DIST)/bin
 	./scripts/link-libomptarget.sh $(REL)/libomptarget.a crates/libomptarget/exports.map $(DIST)/lib/libomptarget.so
 	ln -sfn libomptarget.so $(DIST)/lib/libomptarget.so.19.1
@@ -21,6 +21,7 @@ dist:
 	$(MAKE) devicertl-bc
 	cp -f $(REL)/ompcc $(DIST)/bin/ompcc.new && mv -f $(DIST)/bin/ompcc.new $(DIST)/bin/ompcc
 	cp -f $(REL)/offload-server $(DIST)/bin/offload-server.new && mv -f $(DIST)/bin/offload-server.new $(DIST)/bin/offload-server
+	cp -f $(REL)/offload-worker $(DIST)/lib/offload-worker.new && mv -f $(DIST)/lib/offload-worker.new $(DIST)/lib/offload-worker
 
 # The CPU device runtime again, as LLVM bitcode (rustc's LLVM, 22): one module of the crate alone
 # (no std: it only refers to libc and libomp), in two ABIs: with LLVM 22's loop signatures

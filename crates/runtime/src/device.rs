@@ -105,6 +105,12 @@ impl DeviceCtx {
         }
     }
 
+    /// Marks the device as not to be used (as if lost), without a message; true the first
+    /// time.
+    pub fn mark_unusable(&self, why: &str) -> bool {
+        self.lost.set(why.to_string()).is_ok()
+    }
+
     pub fn lock_table(&self) -> MutexGuard<'_, MappingTable> {
         self.table.lock()
     }

@@ -190,6 +190,9 @@ impl Runtime {
         reg.legacy_layout.push(desc.layout == EntryLayout::Legacy);
         self.legacy_only.store(reg.legacy_layout.iter().all(|&l| l), Ordering::Relaxed);
         drop(reg);
+        if usm {
+            self.refuse_usm_where_memory_is_not_shared();
+        }
         self.generation.fetch_add(1, Ordering::AcqRel);
     }
 
@@ -202,6 +205,35 @@ impl Runtime {
             info::emit("omptarget fatal error 1: a binary could not be registered while offloading is mandatory\n");
             self.finish();
             std::process::abort();
+        }
+    }
+
+    /// `requires unified_shared_memory` on a device whose kernels cannot reach the
+    /// program's memory (an isolated or remote device): said once, and the device is not
+    /// used (constructs on it then follow OMP_TARGET_OFFLOAD).
+    fn refuse_usm_where_memory_is_not_shared(&self) {
+        let probe = 0u8;
+        let here = &probe as *const u8 as usize;
+        let mut refused: Vec<(i32, usize)> = Vec::new();
+        for dev in self.devices() {
+            if !dev.dev.is_accessible(here, 1)
+                && dev.mark_unusable("it cannot honour '#pragma omp requires unified_shared_memory'")
+            {
+                refused.push((dev.id, dev.plugin));
+            }
+        }
+        let mut plugins: Vec<usize> = refused.iter().map(|r| r.1).collect();
+        plugins.dedup();
+        for plugin in plugins {
+            let ids: Vec<String> = refused.iter().filter(|r| r.1 == plugin).map(|r| r.0.to_string()).collect();
+            info::error(format_args!(
+                "{} {} ({}) cannot honour '#pragma omp requires unified_shared_memory': their kernels run in an \
+                 address space of their own (an isolated device, LIBOMPTARGET_ISOLATE=1, or a remote one), as on a \
+                 GPU without unified memory; they will not be used",
+                if ids.len() == 1 { "device" } else { "devices" },
+                ids.join(", "),
+                self.plugins[plugin].name()
+            ));
         }
     }
 

@@ -327,10 +327,12 @@ impl Worker {
             }
             return;
         }
-        let sent = match lock(&self.stdin).as_mut() {
+        // A C program does not ignore SIGPIPE: writing to a worker that just died must be
+        // an error, not the program's death.
+        let sent = sys::without_sigpipe(|| match lock(&self.stdin).as_mut() {
             Some(w) => wire::write_frame(w, id, op, &[&head, body]),
             None => Err(std::io::Error::other("stopped")),
-        };
+        });
         if sent.is_err() {
             // The worker is gone or going (a stopped worker is killed): the reader sees its
             // pipe close and completes this call with how it ended.

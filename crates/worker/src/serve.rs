@@ -21,6 +21,7 @@ type Out = Arc<Mutex<BufWriter<File>>>;
 
 /// Runs the worker until the parent closes the pipe: opens `devices` devices of `plugin`.
 /// `parent` is the parent's pid (the worker ends with it). Returns the exit status.
+/// What kernels print goes to the parent as output frames, before the reply that follows.
 pub fn main(plugin: &dyn Plugin, devices: usize, parent: i32) -> i32 {
     if let Err(e) = die_with_parent(parent) {
         eprintln!("device worker: {e}");

@@ -1,0 +1,271 @@
+//! Device memory shared with the worker: one memfd mapped at the same address in the program
+//! and in the worker. The program allocates device memory from it (no round trip) and copies
+//! to and from it with `memcpy`; kernels in the worker see the same bytes at the same
+//! addresses. The program's own heap and stack stay out of the worker's reach.
+//!
+//! The address is chosen by the program in a range that neither process's loader, heap or
+//! stack uses (tens of TiB, far below the `mmap` area); the worker maps the memfd there with
+//! `MAP_FIXED_NOREPLACE` and says so by writing [`MAGIC`] into the first word. A worker that
+//! could not map it does not write it, and the program then falls back to memory allocated
+//! by the worker and copied through `process_vm_writev`/`readv`.
+
+use omp_sync::Mutex;
+use std::collections::{BTreeMap, HashMap};
+use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Descriptor the worker finds the arena's memfd on.
+pub const ARENA_FD: i32 = 4;
+
+/// Written by the worker into the arena's first word once it has mapped the arena.
+pub const MAGIC: u64 = 0x6f6d_7072_7341_5245; // "omprsARE"
+
+/// The first page holds the acknowledgement; allocations start after it.
+const HEADER: usize = 4096;
+
+/// Candidate addresses, each far from where Linux puts executables (~0x55.. TiB), heaps and
+/// shared libraries (~0x7f.. TiB).
+const HINTS: [usize; 4] = [0x2000_0000_0000, 0x3000_0000_0000, 0x1000_0000_0000, 0x4000_0000_0000];
+
+/// Allocations of at least this size are page-aligned and their pages given back on free.
+const LARGE: usize = 64 << 10;
+
+/// The program's side of the arena.
+pub struct Arena {
+    base: usize,
+    size: usize,
+    fd: i32,
+    heap: Mutex<Heap>,
+}
+
+impl Arena {
+    /// Creates a memfd of `size` bytes (sparse) and maps it at one of [`HINTS`].
+    pub fn create(size: usize) -> io::Result<Arena> {
+        let size = size.next_multiple_of(4096);
+        // SAFETY: memfd_create takes a NUL-terminated name; it returns a new fd or -1.
+        let fd0 = unsafe { libc::memfd_create(c"omp-isolated-device".as_ptr(), libc::MFD_CLOEXEC) };
+        if fd0 < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // A descriptor at 10 or above, so that it is never ARENA_FD (or the kernels' stdout)
+        // when the child's descriptors are arranged.
+        // SAFETY: fcntl duplicates our own fd; the original is closed right after.
+        let fd = unsafe { libc::fcntl(fd0, libc::F_DUPFD_CLOEXEC, 10) };
+        // SAFETY: `fd0` is ours and no longer needed.
+        unsafe { libc::close(fd0) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let fail = |e: io::Error| {
+            // SAFETY: `fd` is ours and nothing maps it.
+            unsafe { libc::close(fd) };
+            Err(e)
+        };
+        // SAFETY: ftruncate on our memfd; the file stays sparse.
+        if unsafe { libc::ftruncate(fd, size as libc::off_t) } != 0 {
+            return fail(io::Error::last_os_error());
+        }
+        for hint in HINTS {
+            match map_at(fd, hint, size) {
+                Ok(()) => {
+                    // Huge pages where the system allows them for shared memory
+                    // (shmem_enabled=advise): fewer TLB misses on bulk copies.
+                    // SAFETY: madvise on our own mapping; a refusal changes nothing.
+                    unsafe { libc::madvise(hint as *mut libc::c_void, size, libc::MADV_HUGEPAGE) };
+                    return Ok(Arena { base: hint, size, fd, heap: Mutex::new(Heap::new(HEADER, size)) });
+                }
+                Err(_) => continue,
+            }
+        }
+        fail(io::Error::other("no free address range for the device memory arena"))
+    }
+
+    pub fn base(&self) -> usize {
+        self.base
+    }
+    pub fn size(&self) -> usize {
+        self.size
+    }
+    pub fn fd(&self) -> i32 {
+        self.fd
+    }
+
+    /// Whether `[addr, addr+len)` lies in the arena.
+    pub fn contains(&self, addr: usize, len: usize) -> bool {
+        addr >= self.base && addr.checked_add(len).is_some_and(|end| end <= self.base + self.size)
+    }
+
+    /// Whether the worker mapped the arena (it wrote [`MAGIC`]).
+    pub fn acknowledged(&self) -> bool {
+        // SAFETY: `base` is the start of our mapping (readable, 8-aligned), and the worker
+        // writes this word through its own mapping of the same file.
+        let word = unsafe { &*(self.base as *const AtomicU64) };
+        word.load(Ordering::Acquire) == MAGIC
+    }
+
+    /// Allocates `size` bytes (at least 1); `None` when the arena is full.
+    pub fn alloc(&self, size: usize) -> Option<usize> {
+        self.heap.lock().alloc(size.max(1)).map(|off| self.base + off)
+    }
+
+    /// Frees an allocation; false when `addr` is not one.
+    pub fn free(&self, addr: usize) -> bool {
+        let Some(off) = addr.checked_sub(self.base) else { return false };
+        // The lock is held until the pages are given back: until then nobody may be handed
+        // this range again (the hole would zero their data).
+        let mut heap = self.heap.lock();
+        let Some(len) = heap.free(off) else { return false };
+        if len >= LARGE {
+            // Give the pages back (the worker's view follows: same file).
+            // SAFETY: fallocate on our memfd, on a page-aligned range inside it.
+            unsafe {
+                libc::fallocate(
+                    self.fd,
+                    libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                    off as libc::off_t,
+                    len as libc::off_t,
+                )
+            };
+        }
+        drop(heap);
+        true
+    }
+}
+
+impl Drop for Arena {
+    fn drop(&mut self) {
+        // SAFETY: the mapping and the descriptor are this arena's own; an arena is dropped
+        // only when the worker did not acknowledge it, before any allocation was handed out.
+        unsafe {
+            libc::munmap(self.base as *mut libc::c_void, self.size);
+            libc::close(self.fd);
+        }
+    }
+}
+
+/// Maps `fd` (`size` bytes) at exactly `addr`, failing instead of replacing anything.
+fn map_at(fd: i32, addr: usize, size: usize) -> io::Result<()> {
+    // SAFETY: MAP_FIXED_NOREPLACE never replaces an existing mapping; the result is checked.
+    let p = unsafe {
+        libc::mmap(
+            addr as *mut libc::c_void,
+            size,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED | libc::MAP_NORESERVE | libc::MAP_FIXED_NOREPLACE,
+            fd,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(io::Error::last_os_error());
+    }
+    if p as usize != addr {
+        // A kernel older than MAP_FIXED_NOREPLACE treats it as a hint.
+        // SAFETY: `p` is the mapping just made, of `size` bytes.
+        unsafe { libc::munmap(p, size) };
+        return Err(io::Error::other("the kernel placed the arena elsewhere"));
+    }
+    Ok(())
+}
+
+/// The worker's side: maps the arena passed as [`ARENA_FD`] at `addr` and acknowledges it.
+pub fn map_in_worker(addr: usize, size: usize) -> io::Result<()> {
+    if addr & 4095 != 0 || size < HEADER || addr.checked_add(size).is_none() {
+        return Err(io::Error::other("bad arena address or size"));
+    }
+    map_at(ARENA_FD, addr, size)?;
+    // SAFETY: `addr` is the start of the mapping just made (writable, 8-aligned).
+    let word = unsafe { &*(addr as *const AtomicU64) };
+    word.store(MAGIC, Ordering::Release);
+    // The mapping keeps the file; the descriptor is no longer needed.
+    // SAFETY: ARENA_FD was given to this process for this mapping only.
+    unsafe { libc::close(ARENA_FD) };
+    Ok(())
+}
+
+/// First-fit allocator over offsets, with coalescing.
+struct Heap {
+    /// Free blocks: offset -> length.
+    free: BTreeMap<usize, usize>,
+    /// Live allocations: offset -> length.
+    live: HashMap<usize, usize>,
+}
+
+impl Heap {
+    fn new(start: usize, end: usize) -> Heap {
+        let mut free = BTreeMap::new();
+        if end > start {
+            free.insert(start, end - start);
+        }
+        Heap { free, live: HashMap::new() }
+    }
+
+    fn alloc(&mut self, size: usize) -> Option<usize> {
+        let align = if size >= LARGE { 4096 } else { 64 };
+        let need = size.checked_next_multiple_of(align)?;
+        let (off, len, start) = self.free.iter().find_map(|(&off, &len)| {
+            let start = off.checked_next_multiple_of(align)?;
+            (start.checked_add(need)? <= off + len).then_some((off, len, start))
+        })?;
+        self.free.remove(&off);
+        if start > off {
+            self.free.insert(off, start - off);
+        }
+        if start + need < off + len {
+            self.free.insert(start + need, off + len - start - need);
+        }
+        self.live.insert(start, need);
+        Some(start)
+    }
+
+    fn free(&mut self, off: usize) -> Option<usize> {
+        let len = self.live.remove(&off)?;
+        let (mut start, mut end) = (off, off + len);
+        if let Some((&p, &plen)) = self.free.range(..start).next_back() {
+            if p + plen == start {
+                self.free.remove(&p);
+                start = p;
+            }
+        }
+        if let Some(nlen) = self.free.remove(&end) {
+            end += nlen;
+        }
+        self.free.insert(start, end - start);
+        Some(len)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn heap_allocates_aligned_and_coalesces() {
+        let mut h = Heap::new(4096, 1 << 20);
+        let a = h.alloc(10).unwrap();
+        let b = h.alloc(100).unwrap();
+        let c = h.alloc(LARGE).unwrap();
+        assert_eq!((a % 64, b % 64, c % 4096), (0, 0, 0));
+        assert!(a + 64 <= b && b + 128 <= c);
+        assert_eq!(h.free(b), Some(128));
+        assert_eq!(h.free(b), None);
+        assert_eq!(h.free(a), Some(64));
+        assert_eq!(h.free(c), Some(LARGE));
+        assert_eq!(h.free.len(), 1, "{:?}", h.free);
+        assert_eq!(h.free.get(&4096), Some(&((1 << 20) - 4096)));
+        assert!(h.alloc(1 << 20).is_none());
+        assert!(h.alloc(usize::MAX - 10).is_none());
+    }
+
+    #[test]
+    fn arena_is_shared_memory_at_a_fixed_address() {
+        let a = Arena::create(1 << 24).unwrap();
+        assert!(HINTS.contains(&a.base()));
+        assert!(!a.acknowledged());
+        let p = a.alloc(1000).unwrap();
+        assert!(a.contains(p, 1000) && !a.contains(p, 1 << 25) && !a.contains(0, 1));
+        assert!(a.free(p));
+        assert!(!a.free(p));
+        assert!(!a.free(12));
+    }
+}

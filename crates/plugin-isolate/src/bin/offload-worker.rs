@@ -1,0 +1,38 @@
+//! `offload-worker`: the process an isolated local device (LIBOMPTARGET_ISOLATE=1) runs its
+//! kernels in. Started by the program's runtime, never by hand:
+//! `offload-worker --worker <devices> <parent pid> [--arena <address> <size>]`, requests on
+//! stdin, replies (and what kernels print) on stdout, and the device memory arena's memfd
+//! as descriptor 4.
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let (devices, parent, arena) = match args.as_slice() {
+        [flag, d, p, rest @ ..] if flag == "--worker" => match (d.parse::<usize>(), p.parse::<i32>(), rest) {
+            (Ok(d), Ok(p), []) if (1..=omp_plugin_isolate::MAX_DEVICES).contains(&d) && p > 0 => (d, p, None),
+            (Ok(d), Ok(p), [a, base, size])
+                if a == "--arena" && (1..=omp_plugin_isolate::MAX_DEVICES).contains(&d) && p > 0 =>
+            {
+                match (base.parse::<usize>(), size.parse::<usize>()) {
+                    (Ok(b), Ok(s)) => (d, p, Some((b, s))),
+                    _ => usage(),
+                }
+            }
+            _ => usage(),
+        },
+        _ => usage(),
+    };
+    // Device memory shared with the program. When it cannot be mapped, the program notices
+    // (no acknowledgement) and allocates device memory here instead.
+    if let Some((base, size)) = arena {
+        let _ = omp_plugin_isolate::arena::map_in_worker(base, size);
+    }
+    std::process::exit(omp_worker::serve::main(&omp_plugin_host::HostPlugin, devices, parent));
+}
+
+fn usage() -> ! {
+    eprintln!(
+        "offload-worker runs the kernels of an isolated device (LIBOMPTARGET_ISOLATE=1); \
+         the OpenMP runtime starts it: offload-worker --worker <devices> <parent pid>"
+    );
+    std::process::exit(2);
+}
