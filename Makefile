@@ -47,6 +47,7 @@ demo: setup dist
 test: setup dist
 	$(CARGO) test --workspace --release
 	./scripts/conformance.sh
+	./scripts/conformance.sh --isolate
 
 conformance: setup dist
 	./scripts/conformance.sh

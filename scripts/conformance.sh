@@ -2,8 +2,19 @@
 # Runs LLVM 19.1.7's own offload test suite (../shared/tools/llvm-suite) against our
 # dist/lib/libomptarget.so.19.1 and compares with LLVM's recorded results: every test that
 # passes on LLVM's runtime must pass on ours. Exits non-zero on any such regression.
-# usage: scripts/conformance.sh [extra run_llvm_suite.py args, e.g. a test subset]
+# usage: scripts/conformance.sh [--isolate] [extra run_llvm_suite.py args, e.g. a test subset]
+#   --isolate: the same run with LIBOMPTARGET_ISOLATE=1 (kernels in a worker process); the
+#   tests listed in scripts/conformance-isolate-expected.txt may fail there, each for the
+#   reason written beside it (they rely on sharing the program's memory).
 set -euo pipefail
+mode=plain
+expected=/dev/null
+if [ "${1:-}" = "--isolate" ]; then
+  shift
+  mode=isolate
+  expected="$(cd "$(dirname "$0")" && pwd)/conformance-isolate-expected.txt"
+  set -- --env LIBOMPTARGET_ISOLATE=1 "$@"
+fi
 root=$(cd "$(dirname "$0")/.." && pwd)
 suite="${LLVM_SUITE_DIR:-$root/../shared/tools/llvm-suite}"
 [ -d "$suite" ] || { echo "conformance: $suite not found (set LLVM_SUITE_DIR)" >&2; exit 1; }
@@ -12,11 +23,12 @@ suite="${LLVM_SUITE_DIR:-$root/../shared/tools/llvm-suite}"
 out="$root/target/conformance"
 mkdir -p "$out"
 jobs=$(nproc)
-"$suite/run_llvm_suite.py" --runtime-dir "$root/dist/lib" -j "$jobs" -q --out "$out/ours.json" \
-  --compare "$suite/baseline-llvm19.json" "$@" | tee "$out/summary.txt" || true  # failures are judged below
+"$suite/run_llvm_suite.py" --runtime-dir "$root/dist/lib" -j "$jobs" -q --out "$out/ours-$mode.json" \
+  --compare "$suite/baseline-llvm19.json" "$@" | tee "$out/summary-$mode.txt" || true  # failures are judged below
 # Regressions: tests that pass with LLVM's runtime and do not pass with ours.
-full=$([ $# -eq 0 ] && echo full || echo subset)
-python3 - "$suite/baseline-llvm19.json" "$out/ours.json" "$full" <<'PY'
+extra=$#; [ "$mode" = isolate ] && extra=$((extra - 2))  # --env LIBOMPTARGET_ISOLATE=1
+full=$([ "$extra" -eq 0 ] && echo full || echo subset)
+python3 - "$suite/baseline-llvm19.json" "$out/ours-$mode.json" "$full" "$expected" "$mode" <<'PY'
 import json, sys
 def load(p):
     d = json.load(open(p))
@@ -25,13 +37,19 @@ def load(p):
         return {t["name"]: t["status"] for t in tests}
     return {k: (v["status"] if isinstance(v, dict) else v) for k, v in tests.items()}
 base, ours = load(sys.argv[1]), load(sys.argv[2])
-bad = sorted(t for t, s in ours.items() if base.get(t) == "pass" and s != "pass")
+# Tests allowed to fail in this mode: `name  # reason` lines.
+allowed = {l.split("#")[0].strip() for l in open(sys.argv[4]) if l.split("#")[0].strip()}
+bad = sorted(t for t, s in ours.items() if base.get(t) == "pass" and s != "pass" and t not in allowed)
+excused = sorted(t for t, s in ours.items() if base.get(t) == "pass" and s != "pass" and t in allowed)
 if not ours or (sys.argv[3] == "full" and len(ours) != len(base)):
     sys.exit(f"conformance: results for {len(ours)} tests, expected {len(base)}")
 better = sorted(t for t, s in ours.items() if s == "pass" and base.get(t) not in (None, "pass"))
 passed = sum(1 for s in ours.values() if s == "pass")
 others = len(ours) - passed - len(bad)
-print(f"conformance: {passed} passed on our runtime; {len(bad)} regressions against LLVM 19; {len(better)} tests pass only on ours")
+mode = sys.argv[5]
+print(f"conformance ({mode}): {passed} passed on our runtime; {len(bad)} regressions against LLVM 19; {len(better)} tests pass only on ours; {len(excused)} expected to differ")
+for t in excused:
+    print(f"  expected to differ ({mode}): {t}")
 for t in better:
     print(f"  fixed: {t}")
 for t in bad:
