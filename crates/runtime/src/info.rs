@@ -134,6 +134,13 @@ impl InfoObserver {
     }
 }
 
+/// `DynRefCount=…, HoldRefCount=…`, the changed count marked with how it changed.
+fn counts_line(dyn_rc: u64, hold_rc: u64, hold: bool, change: RcChange) -> String {
+    let suffix = rc_suffix(change);
+    let (dyn_s, hold_s) = if hold { ("", suffix) } else { (suffix, "") };
+    format!("DynRefCount={}{dyn_s}, HoldRefCount={}{hold_s}", rc_str(dyn_rc), rc_str(hold_rc))
+}
+
 fn rc_suffix(change: RcChange) -> &'static str {
     match change {
         RcChange::Incremented => " (incremented)",
@@ -189,15 +196,12 @@ impl Observer for InfoObserver {
             Event::MapReused { device, implicit, begin, tgt, size, dyn_rc, hold_rc, hold, change, name }
                 if on(info_bits::MAPPING_EXISTS) =>
             {
-                let suffix = rc_suffix(change);
-                let (dyn_s, hold_s) = if hold { ("", suffix) } else { (suffix, "") };
+                let counts = counts_line(dyn_rc, hold_rc, hold, change);
+                let implicit = if implicit { " (implicit)" } else { "" };
                 info(
                     device,
                     format_args!(
-                        "Mapping exists{} with HstPtrBegin=0x{begin:016x}, TgtPtrBegin=0x{tgt:016x}, Size={size}, DynRefCount={}{dyn_s}, HoldRefCount={}{hold_s}, Name={}",
-                        if implicit { " (implicit)" } else { "" },
-                        rc_str(dyn_rc),
-                        rc_str(hold_rc),
+                        "Mapping exists{implicit} with HstPtrBegin=0x{begin:016x}, TgtPtrBegin=0x{tgt:016x}, Size={size}, {counts}, Name={}",
                         var_name(name)
                     ),
                 );
@@ -205,15 +209,10 @@ impl Observer for InfoObserver {
             Event::MapReleased { device, begin, tgt, size, dyn_rc, hold_rc, hold, change, .. }
                 if on(info_bits::MAPPING_EXISTS) =>
             {
-                let suffix = rc_suffix(change);
-                let (dyn_s, hold_s) = if hold { ("", suffix) } else { (suffix, "") };
+                let counts = counts_line(dyn_rc, hold_rc, hold, change);
                 info(
                     device,
-                    format_args!(
-                        "Mapping exists with HstPtrBegin=0x{begin:016x}, TgtPtrBegin=0x{tgt:016x}, Size={size}, DynRefCount={}{dyn_s}, HoldRefCount={}{hold_s}",
-                        rc_str(dyn_rc),
-                        rc_str(hold_rc)
-                    ),
+                    format_args!("Mapping exists with HstPtrBegin=0x{begin:016x}, TgtPtrBegin=0x{tgt:016x}, Size={size}, {counts}"),
                 );
             }
             Event::MapRemoved { device, begin, tgt_begin, size, name } if on(info_bits::MAPPING_CHANGED) => {

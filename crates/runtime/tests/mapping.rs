@@ -1,41 +1,16 @@
 //! Mapping semantics on a mock device with its own address space: reference counts, hold
 //! versus dynamic, extension, delayed deletion, attached pointers, `present`.
 
-use omp_format::{EntryLayout, OffloadEntry};
-use omp_plugin::mock::{MockDevice, MockPlugin, SharedMock};
+use omp_plugin::mock::MockDevice;
 use omp_runtime::data::{ConstructState, Directive};
 use omp_runtime::map_type::*;
-use omp_runtime::{BinaryImage, Config, Descriptor, Loc, MapArgs, MapperComponents, OpenMpHost, Runtime};
+use omp_runtime::{Config, Loc, MapArgs, Runtime};
 use std::sync::Arc;
 
-struct Host;
-
-impl OpenMpHost for Host {
-    fn target_offload(&self) -> i32 {
-        1
-    }
-    fn default_device(&self) -> i32 {
-        0
-    }
-    fn call_mapper(&self, _: usize, _: usize, _: usize, _: i64, _: i64, _: usize) -> MapperComponents {
-        MapperComponents::default()
-    }
-}
-
-static IMAGE: &[u8] = b"MOCK image";
+mod common;
 
 fn runtime() -> (Runtime, Arc<MockDevice>) {
-    let mock = SharedMock::default();
-    let dev = mock.0.clone();
-    let rt = Runtime::new(Config::default(), Box::new(Host), vec![Box::new(MockPlugin(mock))]);
-    rt.register_lib(Descriptor {
-        key: 1,
-        images: vec![BinaryImage { bytes: IMAGE.into() }],
-        entries: Vec::<OffloadEntry>::new(),
-        layout: EntryLayout::V1,
-    });
-    assert_eq!(rt.num_devices(), 1);
-    (rt, dev)
+    common::runtime_with(Config::default())
 }
 
 /// One map entry, in the compiler's arrays.

@@ -1,38 +1,17 @@
 //! The runtime's seams on a mock device: copies outside the table lock (two threads overlap,
 //! the same data is copied once), structured events in order, a lost device.
 
-use omp_format::{EntryLayout, OffloadEntry};
-use omp_plugin::mock::{MockDevice, MockPlugin, SharedMock};
+use omp_plugin::mock::MockDevice;
 use omp_runtime::data::ConstructState;
 use omp_runtime::map_type::*;
 use omp_runtime::trace::{Event, Observer};
-use omp_runtime::{BinaryImage, Config, Descriptor, Loc, MapArgs, MapperComponents, OpenMpHost, Runtime};
+use omp_runtime::{Config, Loc, MapArgs, Runtime};
 use std::sync::{Arc, Mutex};
 
-struct Host;
-
-impl OpenMpHost for Host {
-    fn target_offload(&self) -> i32 {
-        1
-    }
-    fn default_device(&self) -> i32 {
-        0
-    }
-    fn call_mapper(&self, _: usize, _: usize, _: usize, _: i64, _: i64, _: usize) -> MapperComponents {
-        MapperComponents::default()
-    }
-}
+mod common;
 
 fn runtime(config: Config) -> (Arc<Runtime>, Arc<MockDevice>) {
-    let mock = SharedMock::default();
-    let dev = mock.0.clone();
-    let rt = Runtime::new(config, Box::new(Host), vec![Box::new(MockPlugin(mock))]);
-    rt.register_lib(Descriptor {
-        key: 1,
-        images: vec![BinaryImage { bytes: b"MOCK image".as_slice().into() }],
-        entries: Vec::<OffloadEntry>::new(),
-        layout: EntryLayout::V1,
-    });
+    let (rt, dev) = common::runtime_with(config);
     (Arc::new(rt), dev)
 }
 
