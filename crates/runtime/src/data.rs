@@ -293,7 +293,9 @@ impl Runtime {
     fn lock_idle<'d>(&self, dev: &'d DeviceCtx, ranges: &[(usize, usize)]) -> omp_sync::MutexGuard<'d, MappingTable> {
         let mut table = dev.lock_table();
         while ranges.iter().any(|&(hp, size)| table.is_busy(hp, size)) {
+            table.waiters += 1;
             table = dev.mapped.wait(table);
+            table.waiters -= 1;
         }
         table
     }
@@ -326,8 +328,11 @@ impl Runtime {
             for key in st.busy.drain(..) {
                 table.clear_busy(key);
             }
+            let waiters = table.waiters;
             drop(table);
-            dev.mapped.notify_all();
+            if waiters > 0 {
+                dev.mapped.notify_all();
+            }
         }
         result
     }

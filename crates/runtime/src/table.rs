@@ -120,6 +120,8 @@ pub struct MappingTable {
     /// Entries whose first host-to-device copy is in flight outside the table lock (LLVM's
     /// "being mapped"): others wait until it is done before they use them.
     busy: Vec<usize>,
+    /// Threads waiting for a busy entry (only they need a wake-up when one is done).
+    pub waiters: usize,
 }
 
 impl MappingTable {
