@@ -7,7 +7,10 @@ use std::path::PathBuf;
 use std::process::Output;
 
 fn build(llvm: Llvm, src: &str) -> PathBuf {
-    let dir = scratch(&format!("observe-{}-{src}", llvm.major()));
+    // A directory per build: tests that build the same program run in parallel.
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = scratch(&format!("observe-{}-{src}-{n}", llvm.major()));
     let exe = dir.join("prog");
     compile(llvm, &[&program(&format!("runtime/{src}"))], &exe, &[]);
     exe

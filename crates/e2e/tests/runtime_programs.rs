@@ -8,7 +8,10 @@ use std::process::Output;
 
 /// Builds `tests/programs/runtime/<src>` with `llvm` and returns the binary.
 fn build(llvm: Llvm, src: &str) -> PathBuf {
-    let dir = scratch(&format!("runtime-{}-{src}", llvm.major()));
+    // A directory per build: tests that build the same program run in parallel.
+    static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = scratch(&format!("runtime-{}-{src}-{n}", llvm.major()));
     let exe = dir.join("prog");
     compile(llvm, &[&program(&format!("runtime/{src}"))], &exe, &[]);
     exe
