@@ -336,14 +336,16 @@ fn stop_at_exit(w: &Arc<Worker>, exited: Arc<Exited>) {
 }
 
 extern "C" fn stop_workers() {
-    // No panic may leave an exit handler; nothing here panics (locks do not poison).
-    let workers = std::mem::take(&mut *AT_EXIT.lock());
-    for (w, exited) in workers {
-        if let Some(w) = w.upgrade() {
-            w.stop();
-            exited.wait(std::time::Duration::from_secs(2));
+    // No panic may leave an exit handler.
+    let _ = std::panic::catch_unwind(|| {
+        let workers = std::mem::take(&mut *AT_EXIT.lock());
+        for (w, exited) in workers {
+            if let Some(w) = w.upgrade() {
+                w.stop();
+                exited.wait(std::time::Duration::from_secs(2));
+            }
         }
-    }
+    });
 }
 
 /// One isolated device: device `index` of the worker.

@@ -36,11 +36,10 @@ type AddrMap<V> = HashMap<usize, V, BuildHasherDefault<AddrHasher>>;
 /// Which registered binaries have their image loaded on the device.
 #[derive(Default)]
 struct Loaded {
-    /// Serial numbers of descriptors whose image is loaded here.
-    descs: HashSet<u64>,
     /// Serial numbers of descriptors whose image a thread is loading right now.
     loading: HashSet<u64>,
-    /// The backend's image for each loaded descriptor, unloaded at unregistration.
+    /// The backend's image for each descriptor loaded here (by serial number), unloaded at
+    /// unregistration.
     images: HashMap<u64, ImageId>,
 }
 
@@ -165,10 +164,7 @@ impl DeviceCtx {
     /// caller to unload once no launch runs.
     pub(crate) fn forget_desc(&self, desc: &RegisteredDesc) -> Option<ImageId> {
         let mut loaded = self.loaded.lock();
-        if !loaded.descs.remove(&desc.serial) {
-            return None;
-        }
-        let image = loaded.images.remove(&desc.serial);
+        let image = loaded.images.remove(&desc.serial)?;
         drop(loaded);
         {
             let mut kernels = self.kernels.write();
@@ -187,7 +183,7 @@ impl DeviceCtx {
                 }
             }
         }
-        image
+        Some(image)
     }
 }
 
@@ -209,7 +205,6 @@ impl Runtime {
             let mut loaded = dev.loaded.lock();
             loaded.loading.remove(&job.serial);
             if let Ok(image) = result {
-                loaded.descs.insert(job.serial);
                 loaded.images.insert(job.serial, image);
             }
             drop(loaded);
@@ -229,7 +224,7 @@ impl Runtime {
                 let reg = self.registry.read();
                 reg.descs
                     .iter()
-                    .filter(|d| !loaded.descs.contains(&d.serial) && !loaded.loading.contains(&d.serial))
+                    .filter(|d| !loaded.images.contains_key(&d.serial) && !loaded.loading.contains(&d.serial))
                     .find_map(|desc| {
                         // The last compatible image of a descriptor wins, as in LLVM.
                         let image = desc.images.iter().rev().find(|i| i.plugins.contains(&dev.plugin))?;

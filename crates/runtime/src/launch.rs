@@ -52,7 +52,10 @@ impl Runtime {
         let n = launch.args.len();
         let mut privates: Vec<(usize, usize)> = Vec::new();
         let mut tgt_args: Vec<usize> = Vec::with_capacity(n);
-        let mut host_args: Vec<usize> = Vec::with_capacity(n);
+        // The host values behind the arguments are recorded only for observers (no
+        // allocation on an unobserved launch).
+        let mut host_args: Vec<usize> = Vec::new();
+        let record_host = self.observing();
         let result = (|| -> Outcome {
             if n > 0 {
                 if self.data_begin(dev, &mut launch.args, false, &mut ConstructState::default()).is_err() {
@@ -61,7 +64,15 @@ impl Runtime {
                     self.explain_kernel_failure(dev, loc, host_ptr, "mapping its data before the launch");
                     return Err(Failed);
                 }
-                self.kernel_arguments(dev, loc, host_ptr, &launch.args, &mut tgt_args, &mut host_args, &mut privates)?;
+                self.kernel_arguments(
+                    dev,
+                    loc,
+                    host_ptr,
+                    &launch.args,
+                    &mut tgt_args,
+                    record_host.then_some(&mut host_args),
+                    &mut privates,
+                )?;
             }
             let config = LaunchConfig {
                 num_teams: [launch.num_teams, launch.teams_yz[0], launch.teams_yz[1]],
@@ -151,7 +162,7 @@ impl Runtime {
         host_ptr: usize,
         args: &MapArgs,
         out: &mut Vec<usize>,
-        host_out: &mut Vec<usize>,
+        mut host_out: Option<&mut Vec<usize>>,
         privates: &mut Vec<(usize, usize)>,
     ) -> Outcome {
         let n = args.len();
@@ -221,7 +232,9 @@ impl Runtime {
             };
             value_of[i] = Some(value);
             out.push(value);
-            host_out.push(host_value);
+            if let Some(h) = host_out.as_deref_mut() {
+                h.push(host_value);
+            }
         }
         Ok(())
     }
