@@ -12,6 +12,7 @@
 use omp_sync::Mutex;
 use std::collections::{BTreeMap, HashMap};
 use std::io;
+use crate::track;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Descriptor the worker finds the arena's memfd on.
@@ -27,6 +28,8 @@ const HEADER: usize = 4096;
 /// shared libraries (~0x7f.. TiB).
 const HINTS: [usize; 4] = [0x2000_0000_0000, 0x3000_0000_0000, 0x1000_0000_0000, 0x4000_0000_0000];
 
+const PAGE: usize = omp_plugin::TRACK_PAGE;
+
 /// Allocations of at least this size are page-aligned and their pages given back on free.
 const LARGE: usize = 64 << 10;
 
@@ -36,6 +39,21 @@ pub struct Arena {
     size: usize,
     fd: i32,
     heap: Mutex<Heap>,
+    /// Check mode: guarded allocations and what the worker must be told.
+    check: Option<Mutex<Guards>>,
+}
+
+/// Check mode's bookkeeping: each allocation sits between two inaccessible pages, right
+/// against the second one, and every change of what is accessible reaches the worker
+/// before the next kernel.
+#[derive(Default)]
+struct Guards {
+    /// Allocation address -> heap offset of its block (guard pages included).
+    live: HashMap<usize, usize>,
+    /// (page address, length, accessible) in the order they happened.
+    changes: Vec<(usize, usize, bool)>,
+    /// The control block: heap offset and capacity in bytes.
+    ctl: Option<(usize, usize)>,
 }
 
 impl Arena {
@@ -72,7 +90,7 @@ impl Arena {
                     // (shmem_enabled=advise): fewer TLB misses on bulk copies.
                     // SAFETY: madvise on our own mapping; a refusal changes nothing.
                     unsafe { libc::madvise(hint as *mut libc::c_void, size, libc::MADV_HUGEPAGE) };
-                    return Ok(Arena { base: hint, size, fd, heap: Mutex::new(Heap::new(HEADER, size)) });
+                    return Ok(Arena { base: hint, size, fd, heap: Mutex::new(Heap::new(HEADER, size)), check: None });
                 }
                 Err(_) => continue,
             }
@@ -105,11 +123,49 @@ impl Arena {
 
     /// Allocates `size` bytes (at least 1); `None` when the arena is full.
     pub fn alloc(&self, size: usize) -> Option<usize> {
+        if let Some(check) = &self.check {
+            return self.alloc_guarded(&mut check.lock(), size);
+        }
         self.heap.lock().alloc(size.max(1)).map(|off| self.base + off)
+    }
+
+    /// Check mode: from now on allocations are guarded (call before the first one).
+    pub fn enable_checks(&mut self) {
+        self.check = Some(Mutex::new(Guards::default()));
+    }
+
+    pub fn checking(&self) -> bool {
+        self.check.is_some()
+    }
+
+    /// A block of whole pages with an inaccessible page on each side; the allocation ends
+    /// where the second guard page starts (aligned to what its size allows, at most 16).
+    fn alloc_guarded(&self, g: &mut Guards, size: usize) -> Option<usize> {
+        let size = size.max(1);
+        let pages = size.checked_next_multiple_of(PAGE)?;
+        let off = self.heap.lock().alloc_aligned(pages.checked_add(2 * PAGE)?, PAGE)?;
+        let region = self.base + off + PAGE;
+        let align = (1usize << size.trailing_zeros()).min(16);
+        let addr = (region + pages - size) & !(align - 1);
+        g.live.insert(addr, off);
+        g.changes.push((region, pages, true));
+        Some(addr)
     }
 
     /// Frees an allocation; false when `addr` is not one.
     pub fn free(&self, addr: usize) -> bool {
+        let addr = match &self.check {
+            Some(check) => {
+                let mut g = check.lock();
+                let Some(off) = g.live.remove(&addr) else { return false };
+                let len = self.heap.lock().live.get(&off).copied().unwrap_or(0);
+                if len > 2 * PAGE {
+                    g.changes.push((self.base + off + PAGE, len - 2 * PAGE, false));
+                }
+                self.base + off
+            }
+            None => addr,
+        };
         let Some(off) = addr.checked_sub(self.base) else { return false };
         // The lock is held until the pages are given back: until then nobody may be handed
         // this range again (the hole would zero their data).
@@ -129,6 +185,121 @@ impl Arena {
         }
         drop(heap);
         true
+    }
+}
+
+/// A control block written for one launch: where its page states are, and the watched
+/// pages they stand for.
+pub struct Prepared {
+    states: usize,
+    ranges: Vec<(usize, usize)>,
+}
+
+impl Arena {
+    /// Check mode, before a launch: writes the control block for the worker (the changes
+    /// of what is accessible since the last launch, and the pages of `watch` to track).
+    /// The caller keeps other launches out until [`Arena::accesses`].
+    pub fn prepare(&self, watch: &[(usize, usize)]) -> Option<Prepared> {
+        let check = self.check.as_ref()?;
+        let mut g = check.lock();
+        let mut ranges: Vec<(usize, usize)> = watch
+            .iter()
+            .filter(|&&(a, l)| l > 0 && self.contains(a, l) && a >= self.base + HEADER)
+            .map(|&(a, l)| (a & !(PAGE - 1), (a + l).next_multiple_of(PAGE)))
+            .collect();
+        ranges.sort_unstable();
+        let mut merged: Vec<(usize, usize)> = Vec::with_capacity(ranges.len());
+        for (s, e) in ranges {
+            match merged.last_mut() {
+                Some(last) if s <= last.1 => last.1 = last.1.max(e),
+                _ => merged.push((s, e)),
+            }
+        }
+        let pages: usize = merged.iter().map(|r| (r.1 - r.0) / PAGE).sum();
+        let words = track::CTL_HEAD_WORDS + 3 * g.changes.len() + 2 * merged.len();
+        let need = words * 8 + pages;
+        let (off, cap) = match g.ctl {
+            Some((off, cap)) if cap >= need => (off, cap),
+            old => {
+                let cap = need.saturating_mul(2).max(64 << 10).next_multiple_of(PAGE);
+                let off = self.heap.lock().alloc_aligned(cap, PAGE)?;
+                if let Some((old_off, old_cap)) = old {
+                    self.heap.lock().free(old_off);
+                    g.changes.push((self.base + old_off, old_cap, false));
+                }
+                g.ctl = Some((off, cap));
+                (off, cap)
+            }
+        };
+        let ctl = self.base + off;
+        // The changes may have grown by the old block's closing: recount.
+        let words = track::CTL_HEAD_WORDS + 3 * g.changes.len() + 2 * merged.len();
+        if words * 8 + pages > cap {
+            return None;
+        }
+        let mut out: Vec<u64> = Vec::with_capacity(words);
+        out.extend([g.changes.len() as u64, merged.len() as u64, pages as u64]);
+        for (a, l, open) in g.changes.drain(..) {
+            out.extend([a as u64, l as u64, open as u64]);
+        }
+        for &(s, e) in &merged {
+            out.extend([s as u64, ((e - s) / PAGE) as u64]);
+        }
+        let states = ctl + words * 8;
+        // SAFETY: `[ctl, ctl+cap)` is an arena block this arena allocated for itself,
+        // mapped read-write here; no kernel runs while it is written (the caller's promise).
+        unsafe {
+            std::ptr::copy_nonoverlapping(out.as_ptr().cast::<u8>(), ctl as *mut u8, words * 8);
+            std::ptr::write_bytes(states as *mut u8, 0, pages);
+            track::header_word(self.base, track::CTL_LEN).store(cap as u64, Ordering::Relaxed);
+            track::header_word(self.base, track::CTL_ADDR).store(ctl as u64, Ordering::Release);
+        }
+        Some(Prepared { states, ranges: merged })
+    }
+
+    /// After the launch: what the kernel did to each watched page it touched.
+    pub fn accesses(&self, p: &Prepared) -> Vec<omp_plugin::PageAccess> {
+        let mut out = Vec::new();
+        let mut i = 0;
+        for &(s, e) in &p.ranges {
+            for page in (s..e).step_by(PAGE) {
+                // SAFETY: the states follow the control block written by `prepare`, one
+                // byte per watched page, in this arena's read-write mapping.
+                let st = unsafe { std::ptr::read_volatile((p.states + i) as *const u8) };
+                i += 1;
+                if st != 0 {
+                    out.push(omp_plugin::PageAccess {
+                        page,
+                        read_first: st & track::READ_FIRST != 0,
+                        written: st & track::WRITTEN != 0,
+                    });
+                }
+            }
+        }
+        out
+    }
+
+    /// The access that ended the worker, as its fault handler recorded it.
+    pub fn fault(&self) -> Option<omp_plugin::Fault> {
+        // SAFETY: the header page is part of this arena's read-write mapping.
+        unsafe {
+            if track::header_word(self.base, track::FAULT_SET).load(Ordering::Acquire) == 0 {
+                return None;
+            }
+            let addr = track::header_word(self.base, track::FAULT_ADDR).load(Ordering::Relaxed) as usize;
+            let flags = track::header_word(self.base, track::FAULT_FLAGS).load(Ordering::Relaxed);
+            Some(omp_plugin::Fault {
+                addr,
+                write: flags & track::FAULT_WRITE != 0,
+                device_memory: flags & track::FAULT_IN_ARENA != 0,
+            })
+        }
+    }
+
+    /// The worker had to give up protections (the system refused them).
+    pub fn tracking_off(&self) -> bool {
+        // SAFETY: the header page is part of this arena's read-write mapping.
+        unsafe { track::header_word(self.base, track::TRACK_OFF).load(Ordering::Acquire) != 0 }
     }
 }
 
@@ -201,7 +372,10 @@ impl Heap {
     }
 
     fn alloc(&mut self, size: usize) -> Option<usize> {
-        let align = if size >= LARGE { 4096 } else { 64 };
+        self.alloc_aligned(size, if size >= LARGE { 4096 } else { 64 })
+    }
+
+    fn alloc_aligned(&mut self, size: usize, align: usize) -> Option<usize> {
         let need = size.checked_next_multiple_of(align)?;
         let (off, len, start) = self.free.iter().find_map(|(&off, &len)| {
             let start = off.checked_next_multiple_of(align)?;

@@ -12,9 +12,11 @@
 //! with the program (`PR_SET_PDEATHSIG`, and the end of its pipe).
 
 pub mod arena;
+pub mod track;
 
 use omp_plugin::{
-    host_memory, AllocKind, Device, GlobalSymbol, ImageId, KernelId, LaunchConfig, Plugin, PluginError, Result,
+    host_memory, AllocKind, Device, Fault, GlobalSymbol, ImageId, KernelId, LaunchConfig, PageAccess, Plugin, PluginError,
+    Result,
 };
 use omp_plugin_host::{HostPlugin, NUM_DEVICES};
 use omp_sync::Mutex;
@@ -58,6 +60,10 @@ struct Shared {
     state: Mutex<State>,
     /// Copies go straight into the worker's memory until the system refuses that once.
     direct: AtomicBool,
+    /// Check mode (`LIBOMPTARGET_CHECK`): guard pages and access tracking.
+    check: bool,
+    /// Check mode: one launch at a time (each is armed with the pages it watches).
+    tracked_launch: Mutex<()>,
 }
 
 impl Default for IsolatePlugin {
@@ -81,6 +87,15 @@ impl IsolatePlugin {
         Self::with_worker_result(Ok(exe))
     }
 
+    /// Check mode (`LIBOMPTARGET_CHECK`): every device allocation between guard pages, and
+    /// launches that can track which device pages a kernel reads and writes.
+    pub fn checking(mut self) -> Self {
+        if let Some(shared) = Arc::get_mut(&mut self.shared) {
+            shared.check = true;
+        }
+        self
+    }
+
     fn with_worker_result(exe: std::result::Result<PathBuf, String>) -> Self {
         // Registered now, when the runtime starts (the program's registration constructor):
         // exit handlers run in reverse order, so the workers are stopped after the handlers
@@ -91,7 +106,13 @@ impl IsolatePlugin {
             unsafe { libc::atexit(stop_workers) };
         });
         IsolatePlugin {
-            shared: Arc::new(Shared { exe, state: Mutex::new(State::NotStarted), direct: AtomicBool::new(true) }),
+            shared: Arc::new(Shared {
+                exe,
+                state: Mutex::new(State::NotStarted),
+                direct: AtomicBool::new(true),
+                check: false,
+                tracked_launch: Mutex::new(()),
+            }),
         }
     }
 
@@ -132,7 +153,7 @@ impl Shared {
             State::NotStarted => {}
         }
         let started = match &self.exe {
-            Ok(exe) => start(exe),
+            Ok(exe) => start(exe, self.check),
             Err(why) => Err(format!("cannot start the isolated device's worker: {why}")),
         };
         match started {
@@ -214,7 +235,7 @@ fn worker_library_path() -> OsString {
 /// Starts the worker. The fork happens on a thread that never ends: the worker's
 /// `PR_SET_PDEATHSIG` fires when the *thread* that forked it exits, and the first device use
 /// may come from any thread of the program.
-fn start(exe: &Path) -> std::result::Result<(Worker, Option<arena::Arena>, Arc<Exited>), String> {
+fn start(exe: &Path, check: bool) -> std::result::Result<(Worker, Option<arena::Arena>, Arc<Exited>), String> {
     let cannot = |why: String| {
         format!(
             "cannot start the isolated device's worker {}: {why} (LIBOMPTARGET_ISOLATE=1 runs kernels in \
@@ -238,10 +259,14 @@ fn start(exe: &Path) -> std::result::Result<(Worker, Option<arena::Arena>, Arc<E
     cmd.env("LD_LIBRARY_PATH", worker_library_path());
     cmd.stderr(std::process::Stdio::inherit());
     // Device memory shared with the worker, as large as this machine's memory (sparse).
-    let arena = arena::Arena::create(arena_size()).ok();
+    let mut arena = arena::Arena::create(arena_size()).ok();
     let arena_fd = arena.as_ref().map_or(-1, |a| a.fd());
-    if let Some(a) = &arena {
+    if let Some(a) = &mut arena {
         cmd.arg("--arena").arg(a.base().to_string()).arg(a.size().to_string());
+        if check {
+            a.enable_checks();
+            cmd.arg("--check");
+        }
     }
     // SAFETY: the closure runs in the forked child before exec and calls only
     // async-signal-safe functions (dup2, setrlimit) on plain values.
@@ -381,6 +406,47 @@ fn relay_instead(e: &std::io::Error) -> bool {
 }
 
 impl IsolateDevice {
+    fn launch_untracked(&self, kernel: KernelId, args: &[usize], config: &LaunchConfig) -> Result<()> {
+        let r = self.shared.worker()?;
+        let w = &r.worker;
+        let mut small = [0u64; 16];
+        let heap: Vec<u64>;
+        let args: &[u64] = if args.len() <= small.len() {
+            for (d, s) in small.iter_mut().zip(args) {
+                *d = *s as u64;
+            }
+            &small[..args.len()]
+        } else {
+            heap = args.iter().map(|a| *a as u64).collect();
+            &heap
+        };
+        // What the program printed so far goes out before what the kernel prints, as when
+        // both share one process.
+        // SAFETY: fflush(NULL) flushes every open output stream; it takes no pointer of ours.
+        unsafe { libc::fflush(std::ptr::null_mut()) };
+        let req = Request::Launch {
+            device: self.index,
+            kernel: kernel.0 as u64,
+            with_dyn_ptr: config.with_dyn_ptr,
+            num_teams: config.num_teams[0],
+            thread_limit: config.thread_limit[0],
+            args,
+        };
+        match w.call(&req) {
+            Ok(_) => Ok(()),
+            Err(CallError::Died(how)) => {
+                let hint = if how.contains("SIGSEGV") || how.contains("SIGBUS") {
+                    "; the kernel touched memory that is not device memory, e.g. a host pointer that was never \
+                     mapped (the isolated device, like a GPU, cannot reach the program's memory)"
+                } else {
+                    ""
+                };
+                Err(PluginError::lost(format!("the isolated device's worker (pid {}) ended: {how}{hint}", w.pid())))
+            }
+            Err(e) => Err(error(w, e)),
+        }
+    }
+
     fn call(&self, req: &Request) -> Result<Response> {
         let r = self.shared.worker()?;
         r.worker.call(req).map_err(|e| error(&r.worker, e))
@@ -522,43 +588,41 @@ impl Device for IsolateDevice {
     }
 
     fn launch(&self, kernel: KernelId, args: &[usize], config: &LaunchConfig) -> Result<()> {
+        if self.shared.check {
+            return self.launch_tracked(kernel, args, config, &[]).map(|_| ());
+        }
+        self.launch_untracked(kernel, args, config)
+    }
+
+    fn tracks_accesses(&self) -> bool {
+        self.shared.check
+            && match &*self.shared.state.lock() {
+                State::Running(r) => r.arena.as_ref().is_some_and(|a| a.checking() && !a.tracking_off()),
+                _ => false,
+            }
+    }
+
+    fn launch_tracked(
+        &self,
+        kernel: KernelId,
+        args: &[usize],
+        config: &LaunchConfig,
+        watch: &[(usize, usize)],
+    ) -> Result<Vec<PageAccess>> {
         let r = self.shared.worker()?;
-        let w = &r.worker;
-        let mut small = [0u64; 16];
-        let heap: Vec<u64>;
-        let args: &[u64] = if args.len() <= small.len() {
-            for (d, s) in small.iter_mut().zip(args) {
-                *d = *s as u64;
-            }
-            &small[..args.len()]
-        } else {
-            heap = args.iter().map(|a| *a as u64).collect();
-            &heap
+        let Some(arena) = r.arena.as_ref().filter(|a| a.checking()) else {
+            return self.launch_untracked(kernel, args, config).map(|_| Vec::new());
         };
-        // What the program printed so far goes out before what the kernel prints, as when
-        // both share one process.
-        // SAFETY: fflush(NULL) flushes every open output stream; it takes no pointer of ours.
-        unsafe { libc::fflush(std::ptr::null_mut()) };
-        let req = Request::Launch {
-            device: self.index,
-            kernel: kernel.0 as u64,
-            with_dyn_ptr: config.with_dyn_ptr,
-            num_teams: config.num_teams[0],
-            thread_limit: config.thread_limit[0],
-            args,
-        };
-        match w.call(&req) {
-            Ok(_) => Ok(()),
-            Err(CallError::Died(how)) => {
-                let hint = if how.contains("SIGSEGV") || how.contains("SIGBUS") {
-                    "; the kernel touched memory that is not device memory, e.g. a host pointer that was never \
-                     mapped (the isolated device, like a GPU, cannot reach the program's memory)"
-                } else {
-                    ""
-                };
-                Err(PluginError::lost(format!("the isolated device's worker (pid {}) ended: {how}{hint}", w.pid())))
-            }
-            Err(e) => Err(error(w, e)),
+        let _one = self.shared.tracked_launch.lock();
+        let prepared = arena.prepare(watch);
+        self.launch_untracked(kernel, args, config)?;
+        Ok(prepared.map(|p| arena.accesses(&p)).unwrap_or_default())
+    }
+
+    fn last_fault(&self) -> Option<Fault> {
+        match &*self.shared.state.lock() {
+            State::Running(r) => r.arena.as_ref().and_then(|a| a.fault()),
+            _ => None,
         }
     }
 

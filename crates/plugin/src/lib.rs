@@ -101,6 +101,30 @@ pub struct LaunchConfig {
     pub with_dyn_ptr: bool,
 }
 
+/// Granularity of [`Device::launch_tracked`]'s access tracking.
+pub const TRACK_PAGE: usize = 4096;
+
+/// What a tracked kernel did to one watched page ([`Device::launch_tracked`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PageAccess {
+    /// The page's device address (a multiple of [`TRACK_PAGE`]).
+    pub page: usize,
+    /// The kernel read the page before anything wrote it.
+    pub read_first: bool,
+    /// The kernel wrote the page.
+    pub written: bool,
+}
+
+/// The access that stopped a kernel on a device that can tell ([`Device::last_fault`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Fault {
+    pub addr: usize,
+    pub write: bool,
+    /// The address lies in the device's memory (a guard page or freed memory), not in
+    /// memory the device never had (a host address).
+    pub device_memory: bool,
+}
+
 /// An ordered stream of device work (LLVM's `AsyncInfo`): operations enqueued on one queue
 /// run in order, and [`Device::synchronize`] waits for all of them. `QueueId::SYNC` is the
 /// queue of a backend that completes everything before returning.
@@ -168,6 +192,28 @@ pub trait Device: Send + Sync {
     /// directly (the host device: yes; a remote or isolated device: no). Lets the runtime
     /// answer `omp_target_is_accessible` and explain unmapped pointers.
     fn is_accessible(&self, ptr: usize, size: usize) -> bool;
+
+    /// Whether [`Device::launch_tracked`] really tracks accesses and [`Device::last_fault`]
+    /// can tell what stopped a kernel (an isolated device in check mode).
+    fn tracks_accesses(&self) -> bool {
+        false
+    }
+    /// Launches like [`Device::launch`], watching the pages of the device ranges `watch`:
+    /// returns, for each watched page the kernel touched, whether it read the page before
+    /// writing it and whether it wrote it. Backends that cannot tell return nothing.
+    fn launch_tracked(
+        &self,
+        kernel: KernelId,
+        args: &[usize],
+        config: &LaunchConfig,
+        _watch: &[(usize, usize)],
+    ) -> Result<Vec<PageAccess>> {
+        self.launch(kernel, args, config).map(|_| Vec::new())
+    }
+    /// The access that stopped the last kernel that failed, where the backend knows it.
+    fn last_fault(&self) -> Option<Fault> {
+        None
+    }
 
     /// A queue for asynchronous work. Backends that cannot overlap work keep the default,
     /// and every `*_async` call below completes before it returns.

@@ -1,11 +1,16 @@
 //! `offload-worker`: the process an isolated local device (LIBOMPTARGET_ISOLATE=1) runs its
 //! kernels in. Started by the program's runtime, never by hand:
-//! `offload-worker --worker <devices> <parent pid> [--arena <address> <size>]`, requests on
+//! `offload-worker --worker <devices> <parent pid> [--arena <address> <size>] [--check]`, requests on
 //! stdin, replies (and what kernels print) on stdout, and the device memory arena's memfd
 //! as descriptor 4.
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
+    let mut args = args;
+    let check = args.last().is_some_and(|a| a == "--check");
+    if check {
+        args.pop();
+    }
     let (devices, parent, arena) = match args.as_slice() {
         [flag, d, p, rest @ ..] if flag == "--worker" => match (d.parse::<usize>(), p.parse::<i32>(), rest) {
             (Ok(d), Ok(p), []) if (1..=omp_plugin_isolate::MAX_DEVICES).contains(&d) && p > 0 => (d, p, None),
@@ -24,7 +29,15 @@ fn main() {
     // Device memory shared with the program. When it cannot be mapped, the program notices
     // (no acknowledgement) and allocates device memory here instead.
     if let Some((base, size)) = arena {
-        let _ = omp_plugin_isolate::arena::map_in_worker(base, size);
+        if omp_plugin_isolate::arena::map_in_worker(base, size).is_ok() && check {
+            // Check mode (LIBOMPTARGET_CHECK): guard pages and access tracking.
+            if let Err(e) = omp_plugin_isolate::track::start_in_worker(base, size) {
+                eprintln!("offload-worker: cannot set up the mapping checker's page protections: {e}");
+                std::process::exit(1);
+            }
+            let plugin = omp_plugin_isolate::track::Tracked(omp_plugin_host::HostPlugin);
+            std::process::exit(omp_worker::serve::main(&plugin, devices, parent));
+        }
     }
     std::process::exit(omp_worker::serve::main(&omp_plugin_host::HostPlugin, devices, parent));
 }

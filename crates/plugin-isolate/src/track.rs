@@ -1,0 +1,310 @@
+//! Check mode (`LIBOMPTARGET_CHECK`): guard pages and page-level access tracking on the
+//! isolated device, the worker's half. The program and the worker share the arena; its
+//! header page carries the layout below, and a control block (an arena allocation the
+//! program writes before each launch) says which protections changed and which pages to
+//! watch.
+//!
+//! In the worker, every arena page is inaccessible until the program says it was
+//! allocated. Before a kernel the worker applies the protection changes and makes the
+//! watched pages inaccessible; the SIGSEGV handler then records, per watched page, whether
+//! the first access was a read and whether the kernel wrote, opens the page and lets the
+//! kernel go on. Any other fault (a guard page, freed device memory, a host address) is
+//! recorded in the header for the program to explain, and ends the worker.
+//!
+//! Header words (byte offsets): [`FAULT_SET`], [`FAULT_ADDR`], [`FAULT_FLAGS`] (written by
+//! the worker's handler), [`CTL_ADDR`], [`CTL_LEN`] (written by the program), [`TRACK_OFF`]
+//! (the worker gave up protections). Control block, in 64-bit words: number of changes,
+//! number of watched ranges, number of watched pages; the changes (address, length,
+//! 1 = accessible / 0 = not); the ranges (page address, pages); then one state byte per
+//! watched page ([`READ_FIRST`], [`WRITTEN`]).
+
+use omp_plugin::{
+    AllocKind, Device, GlobalSymbol, ImageId, KernelId, LaunchConfig, Plugin, QueueId, Result, TRACK_PAGE,
+};
+use std::ffi::CStr;
+use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+
+pub const FAULT_SET: usize = 64;
+pub const FAULT_ADDR: usize = 72;
+pub const FAULT_FLAGS: usize = 80;
+pub const CTL_ADDR: usize = 128;
+pub const CTL_LEN: usize = 136;
+pub const TRACK_OFF: usize = 192;
+
+/// [`FAULT_FLAGS`] bits.
+pub const FAULT_WRITE: u64 = 1;
+pub const FAULT_IN_ARENA: u64 = 2;
+
+/// Page state bits.
+pub const READ_FIRST: u8 = 1;
+pub const WRITTEN: u8 = 2;
+
+/// Words before the changes in a control block.
+pub const CTL_HEAD_WORDS: usize = 3;
+
+/// The header word at `offset` of the arena at `base`.
+///
+/// # Safety
+/// `base` must be the address of a mapped arena (its first page readable and writable).
+pub unsafe fn header_word<'a>(base: usize, offset: usize) -> &'a AtomicU64 {
+    debug_assert!(offset % 8 == 0 && offset < 4096);
+    // SAFETY: the caller's promise; the header page is 4096 bytes and `offset` is inside it
+    // and 8-aligned.
+    unsafe { &*((base + offset) as *const AtomicU64) }
+}
+
+static ARENA_BASE: AtomicUsize = AtomicUsize::new(0);
+static ARENA_SIZE: AtomicUsize = AtomicUsize::new(0);
+
+/// The watched ranges of the running kernel: (start, end, index of the first page's state).
+struct Watch {
+    ranges: Vec<(usize, usize, usize)>,
+    states: *const AtomicU8,
+}
+
+static WATCH: AtomicPtr<Watch> = AtomicPtr::new(std::ptr::null_mut());
+
+fn page_down(a: usize) -> usize {
+    a & !(TRACK_PAGE - 1)
+}
+
+fn protect(addr: usize, len: usize, prot: i32) -> bool {
+    // SAFETY: mprotect changes the protection of pages of the arena, which this process
+    // mapped itself and which hold no Rust object of the worker's.
+    unsafe { libc::mprotect(addr as *mut libc::c_void, len, prot) == 0 }
+}
+
+/// The worker's set-up in check mode: every arena page after the header becomes
+/// inaccessible, and the fault handler is installed. Call after mapping the arena.
+pub fn start_in_worker(base: usize, size: usize) -> std::io::Result<()> {
+    ARENA_BASE.store(base, Ordering::Release);
+    ARENA_SIZE.store(size, Ordering::Release);
+    if !protect(base + TRACK_PAGE, size - TRACK_PAGE, libc::PROT_NONE) {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: installs `on_fault` (an `extern "C"` SA_SIGINFO handler that only reads and
+    // writes atomics and calls mprotect/signal) for SIGSEGV and SIGBUS.
+    unsafe {
+        let mut sa: libc::sigaction = std::mem::zeroed();
+        sa.sa_sigaction = on_fault as *const () as usize;
+        sa.sa_flags = libc::SA_SIGINFO;
+        libc::sigemptyset(&mut sa.sa_mask);
+        if libc::sigaction(libc::SIGSEGV, &sa, std::ptr::null_mut()) != 0
+            || libc::sigaction(libc::SIGBUS, &sa, std::ptr::null_mut()) != 0
+        {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+extern "C" fn on_fault(sig: i32, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    // SAFETY: the kernel passes a valid siginfo_t and ucontext_t to an SA_SIGINFO handler.
+    let (addr, write) = unsafe {
+        let addr = (*info).si_addr() as usize;
+        let uc = &*(ctx as *const libc::ucontext_t);
+        (addr, uc.uc_mcontext.gregs[libc::REG_ERR as usize] & 2 != 0)
+    };
+    let watch = WATCH.load(Ordering::Acquire);
+    if !watch.is_null() {
+        // SAFETY: a non-null WATCH points to the Watch of the running kernel, which stays
+        // alive until the kernel has ended (the worker swaps it out only then).
+        let w = unsafe { &*watch };
+        let i = w.ranges.partition_point(|r| r.1 <= addr);
+        if let Some(&(start, end, first)) = w.ranges.get(i) {
+            if addr >= start && addr < end {
+                let page = page_down(addr);
+                // SAFETY: `states` holds one byte per watched page; this page's index is in range.
+                let st = unsafe { &*w.states.add(first + (page - start) / TRACK_PAGE) };
+                let prot = if write {
+                    st.fetch_or(WRITTEN, Ordering::AcqRel);
+                    libc::PROT_READ | libc::PROT_WRITE
+                } else {
+                    let _ = st.compare_exchange(0, READ_FIRST, Ordering::AcqRel, Ordering::Acquire);
+                    if st.load(Ordering::Acquire) & WRITTEN != 0 {
+                        libc::PROT_READ | libc::PROT_WRITE
+                    } else {
+                        libc::PROT_READ
+                    }
+                };
+                if protect(page, TRACK_PAGE, prot) {
+                    return;
+                }
+            }
+        }
+    }
+    let base = ARENA_BASE.load(Ordering::Acquire);
+    let size = ARENA_SIZE.load(Ordering::Acquire);
+    if base != 0 {
+        let in_arena = addr >= base && addr < base + size;
+        let flags = if write { FAULT_WRITE } else { 0 } | if in_arena { FAULT_IN_ARENA } else { 0 };
+        // SAFETY: the arena's header page stays mapped read-write in the worker.
+        unsafe {
+            header_word(base, FAULT_ADDR).store(addr as u64, Ordering::Relaxed);
+            header_word(base, FAULT_FLAGS).store(flags, Ordering::Relaxed);
+            header_word(base, FAULT_SET).store(1, Ordering::Release);
+        }
+    }
+    // Back to the default action: the faulting instruction runs again and ends the worker
+    // with this signal, which the program reports.
+    // SAFETY: signal() with SIG_DFL is async-signal-safe.
+    unsafe { libc::signal(sig, libc::SIG_DFL) };
+}
+
+/// Reads the control block before a kernel: applies the protection changes and arms the
+/// watch. Returns the watched ranges to open again after the kernel.
+fn arm() -> Vec<(usize, usize)> {
+    let base = ARENA_BASE.load(Ordering::Acquire);
+    let size = ARENA_SIZE.load(Ordering::Acquire);
+    if base == 0 {
+        return Vec::new();
+    }
+    // SAFETY: the header page is mapped read-write in the worker.
+    let (ctl, len) = unsafe {
+        (header_word(base, CTL_ADDR).load(Ordering::Acquire) as usize, header_word(base, CTL_LEN).load(Ordering::Acquire) as usize)
+    };
+    let inside = |a: usize, l: usize| a >= base + TRACK_PAGE && a.checked_add(l).is_some_and(|e| e <= base + size);
+    if ctl == 0 || ctl % TRACK_PAGE != 0 || len < CTL_HEAD_WORDS * 8 || !inside(ctl, len) {
+        return Vec::new();
+    }
+    if !protect(ctl, len.next_multiple_of(TRACK_PAGE), libc::PROT_READ | libc::PROT_WRITE) {
+        give_up(base, size);
+        return Vec::new();
+    }
+    // SAFETY: `[ctl, ctl+len)` lies in the arena and was just made readable and writable;
+    // the program does not touch it while a kernel runs.
+    let words = unsafe { std::slice::from_raw_parts(ctl as *const u64, len / 8) };
+    let (nc, nw, np) = (words[0] as usize, words[1] as usize, words[2] as usize);
+    let need = nc.checked_mul(3).and_then(|c| c.checked_add(nw.checked_mul(2)?)).and_then(|w| w.checked_add(CTL_HEAD_WORDS));
+    let Some(need) = need.filter(|&n| n.checked_mul(8).and_then(|b| b.checked_add(np)).is_some_and(|b| b <= len))
+    else {
+        return Vec::new();
+    };
+    let mut p = CTL_HEAD_WORDS;
+    for _ in 0..nc {
+        let (addr, l, open) = (words[p] as usize, words[p + 1] as usize, words[p + 2] != 0);
+        p += 3;
+        if inside(addr, l) && addr % TRACK_PAGE == 0 {
+            let prot = if open { libc::PROT_READ | libc::PROT_WRITE } else { libc::PROT_NONE };
+            if !protect(addr, l.next_multiple_of(TRACK_PAGE), prot) && open {
+                // Too many distinct mappings (vm.max_map_count): a page the program
+                // allocated must never fault, so protections go.
+                give_up(base, size);
+                return Vec::new();
+            }
+        }
+    }
+    let states = (ctl + need * 8) as *const AtomicU8;
+    let mut ranges = Vec::with_capacity(nw);
+    let mut first = 0usize;
+    for _ in 0..nw {
+        let (addr, pages) = (words[p] as usize, words[p + 1] as usize);
+        p += 2;
+        let Some(l) = pages.checked_mul(TRACK_PAGE) else { break };
+        if !inside(addr, l) || addr % TRACK_PAGE != 0 || first + pages > np {
+            break;
+        }
+        ranges.push((addr, addr + l, first));
+        first += pages;
+    }
+    ranges.sort_unstable();
+    let opened: Vec<(usize, usize)> = ranges.iter().map(|r| (r.0, r.1 - r.0)).collect();
+    let watch = Box::into_raw(Box::new(Watch { ranges, states }));
+    WATCH.store(watch, Ordering::Release);
+    for &(a, l) in &opened {
+        protect(a, l, libc::PROT_NONE);
+    }
+    opened
+}
+
+/// After the kernel: the watched pages become accessible again.
+fn disarm(opened: Vec<(usize, usize)>) {
+    for (a, l) in opened {
+        protect(a, l, libc::PROT_READ | libc::PROT_WRITE);
+    }
+    let w = WATCH.swap(std::ptr::null_mut(), Ordering::AcqRel);
+    if !w.is_null() {
+        // SAFETY: `w` came from Box::into_raw in `arm`, and the kernel that could fault
+        // on its pages has ended.
+        drop(unsafe { Box::from_raw(w) });
+    }
+}
+
+/// Protections cannot be kept (the system refused an mprotect): the whole arena becomes
+/// accessible, and the program is told through [`TRACK_OFF`].
+fn give_up(base: usize, size: usize) {
+    protect(base, size, libc::PROT_READ | libc::PROT_WRITE);
+    ARENA_BASE.store(0, Ordering::Release);
+    // SAFETY: the header page is mapped read-write in the worker.
+    unsafe { header_word(base, TRACK_OFF).store(1, Ordering::Release) };
+}
+
+/// The worker's plugin in check mode: `P`'s devices, with each launch armed and disarmed.
+pub struct Tracked<P>(pub P);
+
+impl<P: Plugin> Plugin for Tracked<P> {
+    fn name(&self) -> &str {
+        self.0.name()
+    }
+    fn device_count(&self) -> usize {
+        self.0.device_count()
+    }
+    fn is_compatible(&self, image: &[u8], triple: Option<&str>) -> bool {
+        self.0.is_compatible(image, triple)
+    }
+    fn open_device(&self, index: usize) -> Result<Box<dyn Device>> {
+        self.0.open_device(index).map(|d| Box::new(TrackedDevice(d)) as Box<dyn Device>)
+    }
+    fn unavailable(&self) -> Option<String> {
+        self.0.unavailable()
+    }
+}
+
+struct TrackedDevice(Box<dyn Device>);
+
+impl Device for TrackedDevice {
+    fn load_image(&self, image: &[u8]) -> Result<ImageId> {
+        self.0.load_image(image)
+    }
+    fn unload_image(&self, image: ImageId) -> Result<()> {
+        self.0.unload_image(image)
+    }
+    fn kernel(&self, image: ImageId, name: &CStr) -> Result<KernelId> {
+        self.0.kernel(image, name)
+    }
+    fn global(&self, image: ImageId, name: &CStr) -> Result<GlobalSymbol> {
+        self.0.global(image, name)
+    }
+    fn alloc(&self, size: usize, kind: AllocKind) -> Result<usize> {
+        self.0.alloc(size, kind)
+    }
+    fn free(&self, ptr: usize, kind: AllocKind) -> Result<()> {
+        self.0.free(ptr, kind)
+    }
+    unsafe fn submit(&self, tgt: usize, host: usize, size: usize) -> Result<()> {
+        // SAFETY: the caller's promise, passed on.
+        unsafe { self.0.submit(tgt, host, size) }
+    }
+    unsafe fn retrieve(&self, host: usize, tgt: usize, size: usize) -> Result<()> {
+        // SAFETY: the caller's promise, passed on.
+        unsafe { self.0.retrieve(host, tgt, size) }
+    }
+    fn copy_within(&self, dst: usize, src: usize, size: usize) -> Result<()> {
+        self.0.copy_within(dst, src, size)
+    }
+    fn launch(&self, kernel: KernelId, args: &[usize], config: &LaunchConfig) -> Result<()> {
+        let opened = arm();
+        let r = self.0.launch(kernel, args, config);
+        disarm(opened);
+        r
+    }
+    fn launch_async(&self, kernel: KernelId, args: &[usize], config: &LaunchConfig, _queue: QueueId) -> Result<()> {
+        self.launch(kernel, args, config)
+    }
+    fn info(&self) -> Vec<(String, String)> {
+        self.0.info()
+    }
+    fn is_accessible(&self, ptr: usize, size: usize) -> bool {
+        self.0.is_accessible(ptr, size)
+    }
+}
