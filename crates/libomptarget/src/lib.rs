@@ -22,7 +22,15 @@ pub(crate) fn rt() -> &'static Runtime {
     let rt = RUNTIME.get_or_init(|| {
         let config = Config::from_process_env();
         // LIBOMPTARGET_ISOLATE=1: the same local devices, their kernels in a worker process.
-        let local: Box<dyn omp_plugin::Plugin> = if isolate(config.var("LIBOMPTARGET_ISOLATE")) {
+        // LIBOMPTARGET_CHECK implies it (unless LIBOMPTARGET_ISOLATE=0), in check mode.
+        let checking = config.check != omp_runtime::config::CheckMode::Off;
+        let isolated = match config.var("LIBOMPTARGET_ISOLATE") {
+            Some(v) => isolate(Some(v)),
+            None => checking,
+        };
+        let local: Box<dyn omp_plugin::Plugin> = if isolated && checking {
+            Box::new(omp_plugin_isolate::IsolatePlugin::new().checking())
+        } else if isolated {
             Box::new(omp_plugin_isolate::IsolatePlugin::new())
         } else {
             Box::new(omp_plugin_host::HostPlugin)

@@ -83,3 +83,28 @@ pub unsafe fn free(ptr: usize) {
     // SAFETY: the caller's promise is free's contract.
     unsafe { libc::free(ptr as *mut libc::c_void) }
 }
+
+/// Whether every page of `[addr, addr+size)` is mapped in this process (a checker's guard
+/// before it reads memory the program may have unmapped since mapping it to a device).
+pub fn is_mapped(addr: usize, size: usize) -> bool {
+    if size == 0 {
+        return true;
+    }
+    let Some(end) = addr.checked_add(size) else { return false };
+    let start = addr & !4095;
+    // SAFETY: msync with MS_ASYNC only checks that the range is mapped (ENOMEM otherwise);
+    // it reads and writes no memory of ours.
+    unsafe { libc::msync(start as *mut libc::c_void, end - start, libc::MS_ASYNC) == 0 }
+}
+
+/// Host memory as a byte slice, for reading.
+///
+/// # Safety
+/// `[addr, addr+size)` must be readable and not written by anyone while the slice lives.
+pub unsafe fn bytes<'a>(addr: usize, size: usize) -> &'a [u8] {
+    if size == 0 {
+        return &[];
+    }
+    // SAFETY: the caller's promise.
+    unsafe { std::slice::from_raw_parts(addr as *const u8, size) }
+}

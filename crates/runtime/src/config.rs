@@ -14,6 +14,16 @@ pub mod info_bits {
     pub const EMPTY_MAPPING: u32 = 0x40;
 }
 
+/// `LIBOMPTARGET_CHECK`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CheckMode {
+    Off,
+    /// `1`: the mapping checker's findings and the data-movement advice.
+    All,
+    /// `perf`: the data-movement advice only.
+    Perf,
+}
+
 /// Settings taken from the environment.
 #[derive(Debug)]
 pub struct Config {
@@ -29,6 +39,8 @@ pub struct Config {
     pub profile: Option<String>,
     /// `LIBOMPTARGET_PROFILE_SUMMARY`: print per-kernel and per-direction totals at exit.
     pub profile_summary: bool,
+    /// `LIBOMPTARGET_CHECK`: the mapping checker and the data-movement advisor.
+    pub check: CheckMode,
     /// `OMP_TARGET_OFFLOAD` (0 disabled, 1 default, 2 mandatory), for a libomp that does not
     /// export its own reading of it (`__kmpc_get_target_offload`).
     pub target_offload: Option<i32>,
@@ -47,6 +59,7 @@ impl Default for Config {
             mm_threshold: 8192,
             profile: None,
             profile_summary: false,
+            check: CheckMode::Off,
             target_offload: None,
             vars: std::collections::BTreeMap::new(),
         }
@@ -117,6 +130,24 @@ impl Config {
         c.profile = get("LIBOMPTARGET_PROFILE").filter(|p| !p.is_empty());
         c.profile_summary = get("LIBOMPTARGET_PROFILE_SUMMARY").and_then(|v| parse_bool(&v)).unwrap_or(false);
         c.attach_always = get("LIBOMPTARGET_TREAT_ATTACH_AUTO_AS_ALWAYS").and_then(|v| parse_bool(&v)).unwrap_or(false);
+        if let Some(v) = get("LIBOMPTARGET_CHECK") {
+            c.check = match v.trim().to_ascii_lowercase().as_str() {
+                "perf" => CheckMode::Perf,
+                other => match parse_bool(other) {
+                    Some(true) => CheckMode::All,
+                    Some(false) => CheckMode::Off,
+                    None => {
+                        eprintln!("omptarget warning: ignoring LIBOMPTARGET_CHECK='{v}': use 1, 0 or perf");
+                        CheckMode::Off
+                    }
+                },
+            };
+            if c.check != CheckMode::Off {
+                // Each mapping gets device memory of its own: a pooled block is larger than
+                // its mapping, and what lies past the mapping must fault.
+                c.mm_threshold = 0;
+            }
+        }
         c.target_offload = get("OMP_TARGET_OFFLOAD").map(|v| match v.trim().to_ascii_lowercase().as_str() {
             "disabled" => 0,
             "mandatory" => 2,

@@ -102,7 +102,10 @@ impl Runtime {
                 self.emit(&kernel_event(None));
             }
             let start = self.start_timer();
-            let launched = dev.dev.launch(kernel, &tgt_args, &config);
+            let launched = match &self.checker {
+                Some(c) => c.launch(dev, kernel, &tgt_args, &config, &name, loc),
+                None => dev.dev.launch(kernel, &tgt_args, &config),
+            };
             if let Some(t) = Self::stop_timer(start) {
                 self.emit(&kernel_event(Some(t)));
             }

@@ -6,6 +6,7 @@
 //! this crate calls down into [`omp_plugin`] devices.
 
 pub mod api;
+pub mod check;
 pub mod config;
 pub mod construct;
 pub mod data;
@@ -95,6 +96,8 @@ pub struct Runtime {
     pub(crate) api_allocs: api::Allocations,
     /// Kernel launches in progress (unregistration does not unload an image under them).
     pub(crate) in_flight: launch::InFlight,
+    /// The mapping checker and data-movement advisor (`LIBOMPTARGET_CHECK`).
+    pub(crate) checker: Option<check::Checker>,
 }
 
 /// Where a construct should run.
@@ -122,6 +125,7 @@ impl Runtime {
             profiler: profile::Profiler::new(config.profile.clone(), config.profile_summary),
             api_allocs: api::Allocations::default(),
             in_flight: launch::InFlight::default(),
+            checker: check::Checker::new(config.check),
             config,
         }
     }
@@ -147,13 +151,16 @@ impl Runtime {
     /// Events that cost something to build are only built when this is true.
     #[inline]
     pub(crate) fn observing(&self) -> bool {
-        self.config.info() != 0 || self.profiler.is_some() || self.observers.get().is_some_and(|o| !o.is_empty())
+        self.config.info() != 0
+            || self.profiler.is_some()
+            || self.checker.is_some()
+            || self.observers.get().is_some_and(|o| !o.is_empty())
     }
 
     /// The start of an operation whose duration an observer wants (the profile), else `None`.
     #[inline]
     pub(crate) fn start_timer(&self) -> Option<Instant> {
-        self.profiler.as_ref().map(|_| Instant::now())
+        (self.profiler.is_some() || self.checker.is_some()).then(Instant::now)
     }
 
     /// The interval from `start_timer` until now.
@@ -173,6 +180,15 @@ impl Runtime {
             for o in obs {
                 o.event(ev);
             }
+        }
+        if let Some(c) = &self.checker {
+            let dev = match *ev {
+                trace::Event::Transfer { device, .. } | trace::Event::MapRemoved { device, .. } => {
+                    self.devices.read().get(device.max(0) as usize).cloned()
+                }
+                _ => None,
+            };
+            c.event(ev, dev.as_deref());
         }
     }
 

@@ -253,6 +253,9 @@ impl Runtime {
         }
         self.generation.fetch_add(1, Ordering::AcqRel);
         if last {
+            if let Some(c) = &self.checker {
+                c.at_exit();
+            }
             static LOC: &std::ffi::CStr = c";libomptarget;libomptarget;0;0;;";
             self.announce_tables(crate::Loc(LOC.as_ptr() as usize), true);
         }

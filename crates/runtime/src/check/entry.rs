@@ -1,0 +1,242 @@
+//! What the checker knows of one mapping: the bytes host and device last agreed on, which
+//! of them that covers, and which device pages hold data.
+
+use crate::trace::TargetKind;
+use crate::Loc;
+use omp_plugin::{host_memory, TRACK_PAGE};
+
+/// One mapping-table entry, as the checker follows it.
+pub(super) struct Entry {
+    pub device: i32,
+    pub begin: usize,
+    pub size: usize,
+    /// Device address of `begin`.
+    pub tgt: usize,
+    /// The map name (`;A[0:N];file;line;col;;`), or 0.
+    pub name: usize,
+    /// The construct that made it; `None` when made outside constructs (declare target).
+    pub made_by: Option<(TargetKind, Loc)>,
+    /// Host and device held these bytes after the last copy between them (valid where
+    /// `synced` says so).
+    pub snapshot: Vec<u8>,
+    /// Offsets (from `begin`) of the bytes some copy went through, sorted and merged.
+    pub synced: Vec<(usize, usize)>,
+    /// Offsets of bytes the runtime itself wrote on the device (attached pointers).
+    pub ignore: Vec<(usize, usize)>,
+    /// Where the last host→device copy happened.
+    pub copied_at: Loc,
+    /// The program's data went to the device (`to`, `tofrom`): its contents matter.
+    pub meaningful: bool,
+    /// Per device page: something wrote it (a copy or a kernel).
+    pub init: Vec<bool>,
+    /// Per device page: copied to the device and not read by a kernel since (the advisor).
+    pub unread: Vec<bool>,
+}
+
+impl Entry {
+    pub fn new(device: i32, begin: usize, size: usize, tgt: usize, name: usize, made_by: Option<(TargetKind, Loc)>) -> Self {
+        let pages = pages_of(tgt, size);
+        Entry {
+            device,
+            begin,
+            size,
+            tgt,
+            name,
+            made_by,
+            snapshot: Vec::new(),
+            synced: Vec::new(),
+            ignore: Vec::new(),
+            copied_at: Loc::NONE,
+            meaningful: false,
+            init: vec![false; pages],
+            unread: vec![false; pages],
+        }
+    }
+
+    /// The first device page's address.
+    pub fn first_page(&self) -> usize {
+        self.tgt & !(TRACK_PAGE - 1)
+    }
+
+    /// The host offsets `[s, e)` that device page `i` holds.
+    pub fn page_span(&self, i: usize) -> (usize, usize) {
+        let start = self.first_page() + i * TRACK_PAGE;
+        let s = start.saturating_sub(self.tgt).min(self.size);
+        let e = (start + TRACK_PAGE).saturating_sub(self.tgt).min(self.size);
+        (s, e)
+    }
+
+    /// Device pages holding host offsets `[s, e)`.
+    pub fn pages_for(&self, s: usize, e: usize) -> std::ops::Range<usize> {
+        if e <= s {
+            return 0..0;
+        }
+        let first = (self.tgt + s - self.first_page()) / TRACK_PAGE;
+        let last = (self.tgt + e - 1 - self.first_page()) / TRACK_PAGE;
+        first..(last + 1).min(self.init.len())
+    }
+
+    /// The host copy is still mapped in this process (the program may have freed it).
+    pub fn host_readable(&self) -> bool {
+        host_memory::is_mapped(self.begin, self.size)
+    }
+
+    /// The program's bytes `[s, e)` of this mapping.
+    pub fn host(&self, s: usize, e: usize) -> &[u8] {
+        // SAFETY: callers check `host_readable` first; the range lies in the mapping, which
+        // the program keeps alive while it is mapped (a map clause's promise).
+        unsafe { host_memory::bytes(self.begin + s, e - s) }
+    }
+
+    /// A copy between host and device went through host offsets `[s, e)`: they agree now.
+    pub fn synced_now(&mut self, s: usize, e: usize) {
+        if self.snapshot.len() != self.size {
+            self.snapshot = vec![0; self.size];
+        }
+        let bytes = self.host(s, e).to_vec();
+        self.snapshot[s..e].copy_from_slice(&bytes);
+        add_range(&mut self.synced, s, e);
+        for p in self.pages_for(s, e) {
+            self.init[p] = true;
+        }
+    }
+
+    /// Synced byte ranges within `[s, e)`, without the ignored ones.
+    pub fn synced_within(&self, s: usize, e: usize) -> Vec<(usize, usize)> {
+        let mut out = Vec::new();
+        for &(a, b) in &self.synced {
+            let (a, b) = (a.max(s), b.min(e));
+            if a < b {
+                subtract(&mut out, a, b, &self.ignore);
+            }
+        }
+        out
+    }
+
+    /// Device pages whose synced bytes the host has changed since.
+    pub fn host_changed_pages(&self) -> Vec<usize> {
+        let mut out = Vec::new();
+        if self.synced.is_empty() || !self.host_readable() {
+            return out;
+        }
+        // Whole ranges first: the common case is no change at all.
+        let all = self.synced_within(0, self.size);
+        if all.iter().all(|&(a, b)| self.host(a, b) == &self.snapshot[a..b]) {
+            return out;
+        }
+        for i in 0..self.init.len() {
+            let (s, e) = self.page_span(i);
+            if self.synced_within(s, e).iter().any(|&(a, b)| self.host(a, b) != &self.snapshot[a..b]) {
+                out.push(i);
+            }
+        }
+        out
+    }
+
+    /// Synced bytes of `[s, e)` where `device` (the device's bytes of `[s, e)`) differs
+    /// from what host and device last agreed on and from the host now: results that only
+    /// the device has.
+    pub fn device_only_bytes(&self, s: usize, e: usize, device: &[u8]) -> usize {
+        let host_ok = self.host_readable();
+        let mut n = 0;
+        for (a, b) in self.synced_within(s, e) {
+            let dev = &device[a - s..b - s];
+            if dev == &self.snapshot[a..b] {
+                continue;
+            }
+            let host = if host_ok { Some(self.host(a, b)) } else { None };
+            n += dev
+                .iter()
+                .zip(&self.snapshot[a..b])
+                .enumerate()
+                .filter(|&(k, (d, snap))| d != snap && host.is_none_or(|h| h[k] != *d))
+                .count();
+        }
+        n
+    }
+
+    /// The host offsets `[s, e)` are the same on host and device as at the last copy.
+    pub fn unchanged(&self, s: usize, e: usize, device: Option<&[u8]>) -> bool {
+        if self.snapshot.len() != self.size || !covers(&self.synced, s, e) || !self.host_readable() {
+            return false;
+        }
+        self.host(s, e) == &self.snapshot[s..e] && device.is_none_or(|d| d == &self.snapshot[s..e])
+    }
+}
+
+/// Pages spanned by `[tgt, tgt+size)`.
+pub(super) fn pages_of(tgt: usize, size: usize) -> usize {
+    if size == 0 {
+        return 0;
+    }
+    let first = tgt & !(TRACK_PAGE - 1);
+    (tgt + size - first).div_ceil(TRACK_PAGE)
+}
+
+/// Adds `[s, e)` to sorted, merged ranges.
+pub(super) fn add_range(ranges: &mut Vec<(usize, usize)>, s: usize, e: usize) {
+    if s >= e {
+        return;
+    }
+    ranges.push((s, e));
+    ranges.sort_unstable();
+    let mut merged: Vec<(usize, usize)> = Vec::with_capacity(ranges.len());
+    for &(a, b) in ranges.iter() {
+        match merged.last_mut() {
+            Some(last) if a <= last.1 => last.1 = last.1.max(b),
+            _ => merged.push((a, b)),
+        }
+    }
+    *ranges = merged;
+}
+
+/// Whether sorted, merged `ranges` cover `[s, e)`.
+fn covers(ranges: &[(usize, usize)], s: usize, e: usize) -> bool {
+    ranges.iter().any(|&(a, b)| a <= s && e <= b)
+}
+
+/// Pushes `[a, b)` minus the `holes` onto `out`.
+fn subtract(out: &mut Vec<(usize, usize)>, a: usize, b: usize, holes: &[(usize, usize)]) {
+    let mut cur = a;
+    for &(h0, h1) in holes {
+        if h1 <= cur || h0 >= b {
+            continue;
+        }
+        if h0 > cur {
+            out.push((cur, h0));
+        }
+        cur = cur.max(h1);
+    }
+    if cur < b {
+        out.push((cur, b));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ranges_merge_and_subtract() {
+        let mut r = Vec::new();
+        add_range(&mut r, 10, 20);
+        add_range(&mut r, 0, 5);
+        add_range(&mut r, 5, 12);
+        assert_eq!(r, vec![(0, 20)]);
+        let mut out = Vec::new();
+        subtract(&mut out, 0, 20, &[(4, 8), (15, 30)]);
+        assert_eq!(out, vec![(0, 4), (8, 15)]);
+    }
+
+    #[test]
+    fn pages_of_a_mapping() {
+        let e = Entry::new(0, 0x1000, 8192, 0x20ff8, 0, None);
+        assert_eq!(e.init.len(), 3);
+        assert_eq!(e.page_span(0), (0, 8));
+        assert_eq!(e.page_span(1), (8, 4104));
+        assert_eq!(e.page_span(2), (4104, 8192));
+        assert_eq!(e.pages_for(0, 8), 0..1);
+        assert_eq!(e.pages_for(7, 9), 0..2);
+        assert_eq!(e.pages_for(8190, 8192), 2..3);
+    }
+}

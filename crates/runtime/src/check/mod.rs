@@ -1,0 +1,544 @@
+//! The mapping checker (`LIBOMPTARGET_CHECK=1`) and the data-movement advisor
+//! (`LIBOMPTARGET_CHECK=perf`, and with 1): an observer of the runtime's events that also
+//! runs each kernel, so that on a device that can track accesses (an isolated device in
+//! check mode) it knows which device pages a kernel read and wrote, and what stopped it.
+//!
+//! Per mapping it keeps the bytes host and device last agreed on (a copy, made at each
+//! transfer); comparing them with the host before a kernel finds host changes that never
+//! reached the device, and with the device when a mapping ends finds results that never
+//! reached the host. Findings are single lines starting `omptarget check:`; advice is a
+//! summary at exit. See docs/check.md.
+
+mod advice;
+mod entry;
+mod report;
+
+use crate::config::CheckMode;
+use crate::trace::{Direction, Event, TargetKind};
+use crate::{DeviceCtx, Loc};
+use advice::{Advisor, Waste};
+use entry::Entry;
+use omp_plugin::{Fault, KernelId, LaunchConfig, TRACK_PAGE};
+use omp_sync::Mutex;
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::Duration;
+
+/// `OMP_MAP_IMPLICIT`.
+const IMPLICIT: i64 = 0x200;
+
+/// The checker's state, shared by all threads.
+pub struct Checker {
+    mode: CheckMode,
+    entries: Mutex<BTreeMap<(i32, usize), Entry>>,
+    /// (finding, device, mapping, construct) already reported.
+    reported: Mutex<HashSet<(u8, i32, usize, usize)>>,
+    advisor: Advisor,
+}
+
+/// The construct a thread is in.
+struct Ctx {
+    kind: TargetKind,
+    loc: Loc,
+    /// The construct's map arguments: (name, type).
+    args: Vec<(usize, i64)>,
+    /// Pointer arguments that point to nothing mapped: (variable, host address).
+    unmapped: Vec<(String, usize)>,
+    /// A transfer announced and judged wasteful, waiting for its duration.
+    waste: Option<(Waste, String, usize)>,
+    /// The construct's kernel, once launched.
+    kernel: String,
+}
+
+thread_local! {
+    static CTX: RefCell<Vec<Ctx>> = const { RefCell::new(Vec::new()) };
+    /// The last `Arguments` event (it precedes its construct's begin).
+    static ARGS: RefCell<Vec<(usize, i64)>> = const { RefCell::new(Vec::new()) };
+}
+
+fn with_ctx<R>(f: impl FnOnce(Option<&mut Ctx>) -> R) -> R {
+    CTX.with(|c| f(c.borrow_mut().last_mut()))
+}
+
+fn current() -> Option<(TargetKind, Loc)> {
+    with_ctx(|c| c.map(|c| (c.kind, c.loc)))
+}
+
+/// Why a page is watched during a kernel.
+#[derive(Clone, Copy, Default)]
+struct Why {
+    changed: bool,
+    uninit: bool,
+    unread: bool,
+}
+
+mod finding {
+    pub const STALE: u8 = 3;
+    pub const DISCARDED: u8 = 4;
+    pub const UNINIT: u8 = 5;
+    pub const LEAK: u8 = 6;
+}
+
+impl Checker {
+    pub fn new(mode: CheckMode) -> Option<Checker> {
+        (mode != CheckMode::Off).then(|| Checker {
+            mode,
+            entries: Mutex::new(BTreeMap::new()),
+            reported: Mutex::new(HashSet::new()),
+            advisor: Advisor::default(),
+        })
+    }
+
+    fn findings(&self) -> bool {
+        self.mode == CheckMode::All
+    }
+
+    /// True the first time a finding is made for this mapping at this construct.
+    fn first_time(&self, kind: u8, device: i32, begin: usize, loc: Loc) -> bool {
+        self.reported.lock().insert((kind, device, begin, loc.0))
+    }
+
+    /// The entry holding host range `[addr, addr+len)` on `device`.
+    fn containing(entries: &BTreeMap<(i32, usize), Entry>, device: i32, addr: usize, len: usize) -> Option<(i32, usize)> {
+        let (&key, e) = entries.range(..=(device, addr)).next_back()?;
+        (key.0 == device && e.size > 0 && addr + len.max(1) <= e.begin + e.size).then_some(key)
+    }
+
+    /// An event from the runtime (after its locks are released).
+    pub fn event(&self, ev: &Event, dev: Option<&DeviceCtx>) {
+        match *ev {
+            Event::Arguments { types, names, .. } => ARGS.with(|a| {
+                let mut a = a.borrow_mut();
+                a.clear();
+                a.extend(types.iter().enumerate().map(|(i, &t)| (names.and_then(|n| n.get(i).copied()).unwrap_or(0), t)));
+            }),
+            Event::Construct { kind, begin: true, loc, .. } => {
+                let args = ARGS.with(|a| std::mem::take(&mut *a.borrow_mut()));
+                CTX.with(|c| c.borrow_mut().push(Ctx { kind, loc, args, unmapped: Vec::new(), waste: None, kernel: String::new() }));
+            }
+            Event::Construct { begin: false, .. } => {
+                CTX.with(|c| c.borrow_mut().pop());
+            }
+            Event::MapCreated { device, begin, size, tgt_begin, name, .. } => {
+                let names: Vec<usize> = with_ctx(|c| c.map(|c| c.args.iter().map(|a| a.0).collect())).unwrap_or_default();
+                let name = report::named_like(name, &names);
+                let e = Entry::new(device, begin, size, tgt_begin, name, current());
+                self.entries.lock().insert((device, begin), e);
+            }
+            Event::Kernel { kernel, done: None, .. } => with_ctx(|c| {
+                if let Some(c) = c {
+                    c.kernel = kernel.to_string();
+                }
+            }),
+            Event::UnmappedPointer { var, addr, .. } => with_ctx(|c| {
+                if let Some(c) = c {
+                    c.unmapped.push((var.to_string(), addr));
+                }
+            }),
+            Event::Transfer { device, dir, host, tgt, bytes, done, .. } => {
+                self.transfer(dev, device, dir, host, tgt, bytes, done.map(|t| t.end - t.start))
+            }
+            Event::MapRemoved { device, begin, .. } => {
+                let removed = self.entries.lock().remove(&(device, begin));
+                if let (Some(e), Some(dev)) = (removed, dev) {
+                    self.mapping_ended(&e, dev);
+                }
+            }
+            Event::Alloc { bytes, name, .. } => {
+                if let Some((_, loc)) = current() {
+                    let var = report::var(name).unwrap_or("an unnamed mapping");
+                    self.advisor.note(Waste::RepeatedAlloc, loc, var, bytes, Duration::ZERO);
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// A copy between host and device, announced (`time` is `None`) or done.
+    #[allow(clippy::too_many_arguments)]
+    fn transfer(
+        &self,
+        dev: Option<&DeviceCtx>,
+        device: i32,
+        dir: Direction,
+        host: usize,
+        tgt: usize,
+        bytes: usize,
+        time: Option<Duration>,
+    ) {
+        let mut entries = self.entries.lock();
+        let Some(key) = Self::containing(&entries, device, host, bytes) else {
+            // The runtime writing a device pointer into a mapped object (an attachment):
+            // those device bytes differ from the host's on purpose.
+            if time.is_some() && dir == Direction::ToDevice {
+                if let Some(e) = entries.values_mut().find(|e| e.device == device && tgt >= e.tgt && tgt + bytes <= e.tgt + e.size) {
+                    entry::add_range(&mut e.ignore, tgt - e.tgt, tgt - e.tgt + bytes);
+                }
+            }
+            return;
+        };
+        let e = entries.get_mut(&key).expect("key");
+        let (s, end) = (host - e.begin, host - e.begin + bytes);
+        let loc = current().map_or(Loc::NONE, |c| c.1);
+        match time {
+            None => {
+                // Before the copy: is it needed?
+                let waste = match dir {
+                    Direction::ToDevice if e.unchanged(s, end, None) => {
+                        let device_bytes = dev.and_then(|d| read_device(d, e.tgt + s, bytes));
+                        e.unchanged(s, end, device_bytes.as_deref()).then_some(Waste::RedundantToDevice)
+                    }
+                    Direction::FromDevice if e.snapshot.len() == e.size => {
+                        let device_bytes = dev.and_then(|d| read_device(d, e.tgt + s, bytes));
+                        device_bytes
+                            .filter(|d| e.synced_within(s, end).iter().all(|&(a, b)| d[a - s..b - s] == e.snapshot[a..b]))
+                            .filter(|_| !e.synced_within(s, end).is_empty())
+                            .map(|_| Waste::UnchangedFromDevice)
+                    }
+                    _ => None,
+                };
+                if dir == Direction::ToDevice {
+                    // Bytes copied earlier and replaced unread were wasted.
+                    let unread = (e.pages_for(s, end)).filter(|&p| e.unread[p]).count();
+                    if unread > 0 {
+                        let var = report::var(e.name).unwrap_or("an unnamed mapping").to_string();
+                        self.advisor.note(Waste::UnreadToDevice, e.copied_at, &var, bytes.min(unread * TRACK_PAGE), Duration::ZERO);
+                    }
+                }
+                let var = report::var(e.name).unwrap_or("an unnamed mapping").to_string();
+                with_ctx(|c| {
+                    if let Some(c) = c {
+                        c.waste = waste.map(|w| (w, var, bytes));
+                    }
+                });
+            }
+            Some(t) => {
+                if !e.host_readable() {
+                    return;
+                }
+                e.synced_now(s, end);
+                if dir == Direction::ToDevice {
+                    e.meaningful = true;
+                    e.copied_at = loc;
+                    for p in e.pages_for(s, end) {
+                        e.unread[p] = true;
+                    }
+                }
+                drop(entries);
+                if let Some((w, var, n)) = with_ctx(|c| c.and_then(|c| c.waste.take())) {
+                    self.advisor.note(w, loc, &var, n, t);
+                }
+            }
+        }
+    }
+
+    /// A mapping left the table (its device memory is still there): results the device
+    /// alone holds are lost.
+    fn mapping_ended(&self, e: &Entry, dev: &DeviceCtx) {
+        let loc = current().map_or(Loc::NONE, |c| c.1);
+        let unread = e.unread.iter().filter(|&&u| u).count();
+        if unread > 0 {
+            let var = report::var(e.name).unwrap_or("an unnamed mapping");
+            self.advisor.note(Waste::UnreadToDevice, e.copied_at, var, (unread * TRACK_PAGE).min(e.size), Duration::ZERO);
+        }
+        if !self.findings() || !e.meaningful || e.size == 0 || e.snapshot.len() != e.size {
+            return;
+        }
+        let Some(device) = read_device(dev, e.tgt, e.size) else { return };
+        let lost = e.device_only_bytes(0, e.size, &device);
+        if lost == 0 || !self.first_time(finding::DISCARDED, e.device, e.begin, loc) {
+            return;
+        }
+        let kernel = with_ctx(|c| c.map(|c| c.kernel.clone())).unwrap_or_default();
+        let fortran = report::is_fortran(loc, e.name);
+        let made = e.made_by.map_or(String::new(), |(_, l)| format!(" (mapped at {})", report::place_for(l, e.name, Some(&kernel))));
+        let sec = report::section(e.name, fortran);
+        let at = report::place_for(loc, e.name, Some(&kernel));
+        report::finding(
+            "discarded device results",
+            format_args!(
+                "{}{made} was changed on device {} by a kernel, and its mapping ended at {} without the changes \
+                 being copied back ({} differ from the host); map it with `tofrom` (`map(tofrom: {sec})`) or add {} \
+                 before the mapping ends{}",
+                report::var_or(e.name, e.size),
+                e.device,
+                at,
+                report::bytes(lost),
+                report::directive(fortran, &format!("target update from({sec})")),
+                hint(report::var(e.name).is_some(), &at)
+            ),
+        );
+    }
+
+    /// Runs a kernel. On a device that tracks accesses, the pages that matter are watched:
+    /// changed on the host since the last copy (stale data), never written (uninitialized),
+    /// copied and not read yet (the advisor).
+    pub fn launch(
+        &self,
+        dev: &DeviceCtx,
+        kernel: KernelId,
+        args: &[usize],
+        config: &LaunchConfig,
+        name: &str,
+        loc: Loc,
+    ) -> omp_plugin::Result<()> {
+        if !dev.dev.tracks_accesses() {
+            return dev.dev.launch(kernel, args, config);
+        }
+        let mut plan: HashMap<usize, ((i32, usize), usize, Why)> = HashMap::new();
+        {
+            let entries = self.entries.lock();
+            for (&key, e) in entries.range((dev.id, 0)..=(dev.id, usize::MAX)) {
+                if e.size == 0 || e.made_by.is_none() {
+                    continue;
+                }
+                let mut watch = |i: usize, f: &dyn Fn(&mut Why)| {
+                    let page = e.first_page() + i * TRACK_PAGE;
+                    f(&mut plan.entry(page).or_insert((key, i, Why::default())).2);
+                };
+                if self.findings() {
+                    for i in e.host_changed_pages() {
+                        watch(i, &|w| w.changed = true);
+                    }
+                    for i in (0..e.init.len()).filter(|&i| !e.init[i]) {
+                        watch(i, &|w| w.uninit = true);
+                    }
+                }
+                for i in (0..e.unread.len()).filter(|&i| e.unread[i]) {
+                    watch(i, &|w| w.unread = true);
+                }
+            }
+        }
+        let watch: Vec<(usize, usize)> = plan.keys().map(|&p| (p, TRACK_PAGE)).collect();
+        match dev.dev.launch_tracked(kernel, args, config, &watch) {
+            Ok(accesses) => {
+                let mut entries = self.entries.lock();
+                let mut found: Vec<(u8, (i32, usize), usize)> = Vec::new();
+                for a in accesses {
+                    let Some(&(key, i, why)) = plan.get(&a.page) else { continue };
+                    let Some(e) = entries.get_mut(&key) else { continue };
+                    if a.read_first && why.changed {
+                        found.push((finding::STALE, key, i));
+                    }
+                    if a.read_first && why.uninit && !e.init[i] {
+                        found.push((finding::UNINIT, key, i));
+                    }
+                    if why.unread && !a.read_first && a.written {
+                        let var = report::var(e.name).unwrap_or("an unnamed mapping");
+                        let (s, t) = e.page_span(i);
+                        self.advisor.note(Waste::UnreadToDevice, e.copied_at, var, t - s, Duration::ZERO);
+                    }
+                    e.unread[i] = false;
+                    if a.written {
+                        e.init[i] = true;
+                        if why.changed && e.host_readable() {
+                            // The kernel replaced these bytes: the host's change is moot.
+                            let (s, t) = e.page_span(i);
+                            let host = e.host(s, t).to_vec();
+                            e.snapshot[s..t].copy_from_slice(&host);
+                        }
+                    }
+                }
+                found.sort_unstable();
+                found.dedup_by_key(|f| (f.0, f.1));
+                for (kind, key, _) in found {
+                    if let Some(e) = entries.get(&key) {
+                        self.kernel_finding(kind, e, name, loc);
+                    }
+                }
+                Ok(())
+            }
+            Err(err) => {
+                if err.is_lost() && self.findings() {
+                    if let Some(f) = dev.dev.last_fault() {
+                        self.fault(dev, f, name, loc);
+                    }
+                }
+                Err(err)
+            }
+        }
+    }
+
+    fn kernel_finding(&self, kind: u8, e: &Entry, kernel: &str, loc: Loc) {
+        if !self.first_time(kind, e.device, e.begin, loc) {
+            return;
+        }
+        let fortran = report::is_fortran(loc, e.name);
+        let sec = report::section(e.name, fortran);
+        let made = e.made_by.map_or(String::new(), |(k, l)| {
+            format!(" (mapped by {} at {})", report::construct(k), report::place_for(l, e.name, Some(kernel)))
+        });
+        let what = report::var_or(e.name, e.size);
+        let at = report::place_for(loc, e.name, Some(kernel));
+        let dev = e.device;
+        match kind {
+            finding::STALE => report::finding(
+                "stale device data",
+                format_args!(
+                    "kernel {kernel} at {at} read {what}{made} on device {dev}, but the host changed it after it was last \
+                     copied to the device (at {}); add {} before the construct, or map it with `always, to`{}",
+                    report::place_for(e.copied_at, e.name, None),
+                    report::directive(fortran, &format!("target update to({sec})")),
+                    hint(report::var(e.name).is_some(), &at)
+                ),
+            ),
+            _ => report::finding(
+                "uninitialized device memory",
+                format_args!(
+                    "kernel {kernel} at {at} read {what}{made} on device {dev} before anything wrote it (it was mapped \
+                     without `to`; checked per 4 KiB page); map it `to` or `tofrom` (`map(tofrom: {sec})`), or write it \
+                     on the device before reading it{}",
+                    hint(report::var(e.name).is_some(), &at)
+                ),
+            ),
+        }
+    }
+
+    /// A kernel stopped on an access it may not make.
+    fn fault(&self, dev: &DeviceCtx, f: Fault, kernel: &str, loc: Loc) {
+        let access = if f.write { "wrote" } else { "read" };
+        let names: Vec<usize> = with_ctx(|c| c.map(|c| c.args.iter().map(|a| a.0).collect())).unwrap_or_default();
+        let at = report::place_in(loc, report::file_of(&names), Some(kernel));
+        let fix_dir = if f.write { "tofrom" } else { "to" };
+        if !f.device_memory {
+            let (unmapped, args) = with_ctx(|c| c.map(|c| (c.unmapped.clone(), c.args.clone()))).unwrap_or_default();
+            let culprit = unmapped
+                .iter()
+                .filter(|(_, a)| *a <= f.addr && f.addr - *a < (1 << 30))
+                .min_by_key(|(_, a)| f.addr - *a)
+                .or(unmapped.first().filter(|_| f.addr < (1 << 16)));
+            match culprit {
+                Some((var, _)) => {
+                    let spelled = report::base_var(var);
+                    let map = args.iter().find(|(n, _)| report::var(*n).is_some_and(|v| report::base_var(v) == spelled));
+                    let how = match map {
+                        Some(&(_, ty)) if ty & IMPLICIT != 0 => format!("implicit zero-length map at {at}"),
+                        Some(_) => format!("mapped at {at}"),
+                        None => format!("at {at}"),
+                    };
+                    report::finding(
+                        "unmapped access",
+                        format_args!(
+                            "kernel {kernel} at {at} {access} host memory at 0x{:x} through `{spelled}` ({how}), which is \
+                             not mapped on device {}; add `map({fix_dir}: {spelled}[0:N])` with N the number of elements \
+                             the kernel uses{}",
+                            f.addr,
+                            dev.id,
+                            hint(true, &at)
+                        ),
+                    );
+                }
+                None => report::finding(
+                    "unmapped access",
+                    format_args!(
+                        "kernel {kernel} at {at} {access} host memory at 0x{:x}, which is not mapped on device {}: a pointer \
+                         the kernel follows points to host data; map that data (`map({fix_dir}: p[0:N])`){}",
+                        f.addr,
+                        dev.id,
+                        hint(true, &at)
+                    ),
+                ),
+            }
+            return;
+        }
+        let entries = self.entries.lock();
+        let near = entries.values().filter(|e| e.device == dev.id && e.size > 0).find_map(|e| {
+            let end = e.tgt + e.size;
+            if f.addr >= end && f.addr < end + 2 * TRACK_PAGE {
+                Some((e, match f.addr - end {
+                    0 => "just past the end of".to_string(),
+                    d => format!("{d} bytes past the end of"),
+                }))
+            } else if f.addr < e.tgt && f.addr + 2 * TRACK_PAGE >= e.first_page() {
+                Some((e, format!("{} bytes before the start of", e.tgt - f.addr)))
+            } else {
+                None
+            }
+        });
+        match near {
+            Some((e, how)) => {
+                let made = e
+                    .made_by
+                    .map_or(String::new(), |(_, l)| format!(", mapped at {}", report::place_for(l, e.name, Some(kernel))));
+                let sec = report::section(e.name, report::is_fortran(loc, e.name));
+                report::finding(
+                    "out of bounds",
+                    format_args!(
+                        "kernel {kernel} at {at} {access} {how} {} ({}{made}) on device {}; map every element the \
+                         kernel uses (`map({fix_dir}: {})` with a larger extent) or fix the loop bounds{}",
+                        report::var_or(e.name, e.size),
+                        report::bytes(e.size),
+                        dev.id,
+                        if report::is_fortran(loc, e.name) {
+                            report::base_var(&sec).to_string() + "(1:m)"
+                        } else {
+                            report::base_var(&sec).to_string() + "[0:M]"
+                        },
+                        hint(report::var(e.name).is_some(), &at)
+                    ),
+                );
+            }
+            None => report::finding(
+                "out of bounds",
+                format_args!(
+                    "kernel {kernel} at {at} {access} device memory at 0x{:x} on device {} that belongs to no mapping (freed, \
+                     or outside every mapped section){}",
+                    f.addr,
+                    dev.id,
+                    hint(true, &at)
+                ),
+            ),
+        }
+    }
+
+    /// The program is ending (its last binary unregisters): mappings still present leaked;
+    /// the advice is printed.
+    pub fn at_exit(&self) {
+        let entries = std::mem::take(&mut *self.entries.lock());
+        if self.findings() {
+            for e in entries.values() {
+                let Some((kind, made)) = e.made_by else { continue };
+                if !self.first_time(finding::LEAK, e.device, e.begin, made) {
+                    continue;
+                }
+                let fortran = report::is_fortran(made, e.name);
+                let sec = report::section(e.name, fortran);
+                let at = report::place_for(made, e.name, None);
+                report::finding(
+                    "leak",
+                    format_args!(
+                        "{} ({} on device {}) is still mapped at exit; it was mapped by {} at {}; add {}{}",
+                        report::var_or(e.name, e.size),
+                        report::bytes(e.size),
+                        e.device,
+                        report::construct(kind),
+                        at,
+                        report::directive(fortran, &format!("target exit data map(release: {sec})")),
+                        hint(report::var(e.name).is_some(), &at)
+                    ),
+                );
+            }
+        }
+        let advice = self.advisor.summary();
+        if !advice.is_empty() {
+            crate::info::emit(&advice);
+        }
+    }
+}
+
+/// Said once: how to get names and places when they are missing.
+fn hint(named: bool, place: &str) -> &'static str {
+    if !named || place == "an unknown place" {
+        report::hint_debug_info()
+    } else {
+        ""
+    }
+}
+
+/// The device's bytes `[tgt, tgt+len)`, read through the plugin.
+fn read_device(dev: &DeviceCtx, tgt: usize, len: usize) -> Option<Vec<u8>> {
+    let mut buf = vec![0u8; len];
+    // SAFETY: `buf` is ours, `len` writable bytes; the device range is a live mapping's.
+    unsafe { dev.dev.retrieve(buf.as_mut_ptr() as usize, tgt, len) }.ok()?;
+    Some(buf)
+}

@@ -1,0 +1,187 @@
+//! The words of a finding: variables, places and the directive that fixes it, in the
+//! program's language.
+
+use crate::info;
+use crate::trace::TargetKind;
+use crate::Loc;
+use omp_format::SourceLocation;
+
+/// Prints one finding: a single line that starts with `omptarget check:`.
+pub(super) fn finding(kind: &str, text: std::fmt::Arguments) {
+    info::emit(&format!("omptarget check: {kind}: {text}\n"));
+}
+
+/// Said once per program when names or places are missing.
+pub(super) fn hint_debug_info() -> &'static str {
+    static SAID: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+    if SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+        ""
+    } else {
+        " (variable names and source places need debug information: build with -g or -gline-tables-only)"
+    }
+}
+
+/// A map name's fields: clang writes `;name;file;line;col;;`, flang `;file;name;line;col;;`.
+fn parse_name(name: usize) -> Option<SourceLocation<'static>> {
+    let mut l = SourceLocation::from_map_name(info::map_name(name)?);
+    if source_file(l.name) && !source_file(l.file) {
+        std::mem::swap(&mut l.name, &mut l.file);
+    }
+    Some(l)
+}
+
+/// Whether a map-name field is a source file's path.
+fn source_file(s: &str) -> bool {
+    let lower = s.to_ascii_lowercase();
+    s.contains('/') && !s.contains(['[', '(', ' '])
+        || [".c", ".cc", ".cpp", ".cxx", ".f", ".f90", ".f95", ".f03", ".f08"].iter().any(|e| lower.ends_with(e))
+}
+
+/// A map name's variable spelling (`A[0:N]`, `a(1:n)`), if the compiler passed names.
+pub(super) fn var(name: usize) -> Option<&'static str> {
+    let n = parse_name(name)?.name;
+    (!n.is_empty() && n != "unknown").then_some(n)
+}
+
+/// A name for a mapping the compiler left unnamed (flang's data of an allocatable): the
+/// construct's map name declared at the same place, if one has a variable.
+pub(super) fn named_like(name: usize, names: &[usize]) -> usize {
+    if var(name).is_some() {
+        return name;
+    }
+    let Some(me) = parse_name(name) else { return name };
+    names
+        .iter()
+        .copied()
+        .find(|&n| var(n).is_some() && parse_name(n).is_some_and(|l| (l.line, l.column) == (me.line, me.column)))
+        .unwrap_or(name)
+}
+
+/// The source file a construct's map names mention (flang's constructs carry no file).
+pub(super) fn file_of(names: &[usize]) -> Option<&'static str> {
+    names.iter().filter_map(|&n| parse_name(n)).map(|l| l.file).find(|f| source_file(f))
+}
+
+/// `file:line:col` of a construct, completed from what else is known when the compiler
+/// left it out: flang names no file (`FIRModule`) and gives target regions no line, which
+/// the kernel's name (`…_l11`) carries.
+pub(super) fn place_in(loc: Loc, file: Option<&str>, kernel: Option<&str>) -> String {
+    let l = if loc.0 == 0 { SourceLocation::from_ident(";unknown;unknown;0;0;;") } else { loc.parse() };
+    let file_known = l.file != "unknown" && l.file != "FIRModule";
+    let name = |f: &str| f.rsplit('/').next().unwrap_or(f).to_string();
+    match (l.is_known(), file_known, file) {
+        (true, true, _) => l.to_string(),
+        (true, false, Some(f)) => format!("{}:{}:{}", name(f), l.line, l.column),
+        (false, _, f) => {
+            let line = kernel.and_then(|k| k.rsplit_once("_l")).and_then(|(_, n)| n.parse::<u32>().ok());
+            match (line, f.or(file_known.then_some(l.file))) {
+                (Some(line), Some(f)) => format!("{}:{line}", name(f)),
+                (Some(line), None) => format!("line {line}"),
+                _ => "an unknown place".into(),
+            }
+        }
+        (true, false, None) => format!("line {}", l.line),
+    }
+}
+
+/// `` `A[0:N]` `` or a description of an unnamed mapping.
+pub(super) fn var_or(name: usize, size: usize) -> String {
+    match var(name) {
+        Some(v) => format!("`{v}`"),
+        None => format!("an unnamed mapping of {size} bytes"),
+    }
+}
+
+/// The bare variable of a spelling: `A` of `A[0:N]`, `a` of `a(1:n)`, `s.p` of `s.p[:n]`.
+pub(super) fn base_var(spelling: &str) -> &str {
+    let end = spelling.find(['[', '(']).unwrap_or(spelling.len());
+    spelling[..end].trim()
+}
+
+/// `file:line:col`, or `an unknown place` without debug information.
+pub(super) fn place(loc: Loc) -> String {
+    place_in(loc, None, None)
+}
+
+/// [`place`], completed from a mapping's name and the kernel's.
+pub(super) fn place_for(loc: Loc, name: usize, kernel: Option<&str>) -> String {
+    place_in(loc, file_of(&[name]), kernel)
+}
+
+/// The program is Fortran: the construct's file, or the mapping's, says so.
+pub(super) fn is_fortran(loc: Loc, name: usize) -> bool {
+    fortran(loc) || file_of(&[name]).is_some_and(|f| fortran_file(f))
+}
+
+fn fortran_file(f: &str) -> bool {
+    let f = f.to_ascii_lowercase();
+    [".f", ".f90", ".f95", ".f03", ".f08", ".for", ".ftn"].iter().any(|ext| f.ends_with(ext))
+}
+
+/// The program is Fortran (the construct's file says so; flang's say `FIRModule`).
+pub(super) fn fortran(loc: Loc) -> bool {
+    if loc.0 == 0 {
+        return false;
+    }
+    let l = loc.parse();
+    l.file == "FIRModule" || fortran_file(l.file)
+}
+
+/// A directive in the program's language: `#pragma omp target update to(a[0:N])` or
+/// `!$omp target update to(a)`.
+pub(super) fn directive(fortran: bool, text: &str) -> String {
+    if fortran {
+        format!("`!$omp {text}`")
+    } else {
+        format!("`#pragma omp {text}`")
+    }
+}
+
+/// The spelling of a section for a fix: the map name's own when it has one, else a
+/// placeholder in the program's language.
+pub(super) fn section(name: usize, fortran: bool) -> String {
+    match var(name) {
+        Some(v) if v.contains(['[', '(']) => v.to_string(),
+        Some(v) if fortran => v.to_string(),
+        Some(v) => format!("{v}[0:N]"),
+        None if fortran => "<array>".into(),
+        None => "<pointer>[0:N]".into(),
+    }
+}
+
+/// How a construct kind is spelled in messages.
+pub(super) fn construct(kind: TargetKind) -> &'static str {
+    match kind {
+        TargetKind::Target => "target",
+        TargetKind::EnterData => "target enter data (or target data)",
+        TargetKind::ExitData => "target exit data",
+        TargetKind::Update => "target update",
+    }
+}
+
+/// Bytes in words: `4096 bytes`, `1.5 MiB`.
+pub(super) fn bytes(n: usize) -> String {
+    if n < 10 << 10 {
+        format!("{n} bytes")
+    } else if n < 10 << 20 {
+        format!("{:.1} KiB", n as f64 / 1024.0)
+    } else {
+        format!("{:.1} MiB", n as f64 / (1 << 20) as f64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn variables_and_sizes() {
+        assert_eq!(base_var("A[0:N]"), "A");
+        assert_eq!(base_var("a(1:n)"), "a");
+        assert_eq!(base_var("s.p[:n]"), "s.p");
+        assert_eq!(base_var("x"), "x");
+        assert_eq!(bytes(4096), "4096 bytes");
+        assert_eq!(bytes(3 << 20), "3072.0 KiB");
+        assert_eq!(bytes(64 << 20), "64.0 MiB");
+    }
+}
