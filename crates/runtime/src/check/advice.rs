@@ -11,6 +11,8 @@ use std::time::Duration;
 pub(super) enum Waste {
     /// Host→device copy of bytes the device already held.
     RedundantToDevice,
+    /// Host→device copy, into a new mapping, of the same bytes as a mapping before it.
+    ResentToDevice,
     /// Device→host copy of bytes no kernel changed.
     UnchangedFromDevice,
     /// Host→device copy of bytes no kernel read before they were dropped or overwritten.
@@ -23,6 +25,7 @@ impl Waste {
     fn says(self) -> &'static str {
         match self {
             Waste::RedundantToDevice => "copied to the device although the device already held the same bytes",
+            Waste::ResentToDevice => "copied to the device again with the same contents after its mapping ended",
             Waste::UnchangedFromDevice => "copied back from the device although no kernel changed it",
             Waste::UnreadToDevice => "copied to the device but never read there by a kernel",
             Waste::RepeatedAlloc => "allocated and freed on the device again and again",
@@ -34,6 +37,11 @@ impl Waste {
             Waste::RedundantToDevice => format!(
                 "keep it on the device across constructs ({}) and copy only when the host changed it",
                 report::directive(report::fortran(loc), "target data map(to: …)")
+            ),
+            Waste::ResentToDevice => format!(
+                "keep it mapped across the constructs ({} before, {} after)",
+                report::directive(report::fortran(loc), "target enter data map(to: …)"),
+                report::directive(report::fortran(loc), "target exit data map(release: …)")
             ),
             Waste::UnchangedFromDevice => "map it `to` instead of `tofrom`, or drop the `target update from`".into(),
             Waste::UnreadToDevice => "map it `alloc` (or `from`) instead of `to`/`tofrom`".into(),

@@ -124,9 +124,18 @@ impl Entry {
         if all.iter().all(|&(a, b)| self.host(a, b) == &self.snapshot[a..b]) {
             return out;
         }
+        // A page counts when the host changed its synced bytes from the first to the last:
+        // tracking says only that a kernel read the page, not which bytes, and a page the
+        // host changed in part (an update of a sub-range) must not raise a false alarm.
         for i in 0..self.init.len() {
             let (s, e) = self.page_span(i);
-            if self.synced_within(s, e).iter().any(|&(a, b)| self.host(a, b) != &self.snapshot[a..b]) {
+            let ranges = self.synced_within(s, e);
+            let (Some(first), Some(last)) = (ranges.first(), ranges.last()) else { continue };
+            // The first and the last element (up to 8 bytes) of the page's synced bytes.
+            let differs = |a: usize, b: usize| self.host(a, b) != &self.snapshot[a..b];
+            let head = (first.0, first.1.min(first.0 + 8));
+            let tail = (last.1.saturating_sub(8).max(last.0), last.1);
+            if differs(head.0, head.1) && differs(tail.0, tail.1) {
                 out.push(i);
             }
         }

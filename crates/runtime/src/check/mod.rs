@@ -34,6 +34,9 @@ pub struct Checker {
     /// (finding, device, mapping, construct) already reported.
     reported: Mutex<HashSet<(u8, i32, usize, usize)>>,
     advisor: Advisor,
+    /// (device, host begin, bytes) → fingerprint of the bytes last copied there, kept
+    /// after the mapping ends: the same bytes sent again could have stayed mapped.
+    sent: Mutex<HashMap<(i32, usize, usize), u64>>,
 }
 
 /// The construct a thread is in.
@@ -86,6 +89,7 @@ impl Checker {
             entries: Mutex::new(BTreeMap::new()),
             reported: Mutex::new(HashSet::new()),
             advisor: Advisor::default(),
+            sent: Mutex::new(HashMap::new()),
         })
     }
 
@@ -172,7 +176,11 @@ impl Checker {
             // those device bytes differ from the host's on purpose.
             if time.is_some() && dir == Direction::ToDevice {
                 if let Some(e) = entries.values_mut().find(|e| e.device == device && tgt >= e.tgt && tgt + bytes <= e.tgt + e.size) {
-                    entry::add_range(&mut e.ignore, tgt - e.tgt, tgt - e.tgt + bytes);
+                    let (s, end) = (tgt - e.tgt, tgt - e.tgt + bytes);
+                    entry::add_range(&mut e.ignore, s, end);
+                    for p in e.pages_for(s, end) {
+                        e.init[p] = true;
+                    }
                 }
             }
             return;
@@ -187,6 +195,12 @@ impl Checker {
                     Direction::ToDevice if e.unchanged(s, end, None) => {
                         let device_bytes = dev.and_then(|d| read_device(d, e.tgt + s, bytes));
                         e.unchanged(s, end, device_bytes.as_deref()).then_some(Waste::RedundantToDevice)
+                    }
+                    Direction::ToDevice if e.synced.is_empty() && e.host_readable() => {
+                        // A new mapping: were these very bytes sent here before?
+                        let print = fingerprint(e.host(s, end));
+                        let before = self.sent.lock().insert((device, host, bytes), print);
+                        (before == Some(print)).then_some(Waste::ResentToDevice)
                     }
                     Direction::FromDevice if e.snapshot.len() == e.size => {
                         let device_bytes = dev.and_then(|d| read_device(d, e.tgt + s, bytes));
@@ -498,6 +512,13 @@ impl Checker {
         if self.findings() {
             for e in entries.values() {
                 let Some((kind, made)) = e.made_by else { continue };
+                // A `target` construct's own mappings end with it; one left over is the
+                // runtime's doing (as LLVM's, with mappers), and so is a pointer that only
+                // held an attachment.
+                let attachment_only = e.ignore.iter().map(|r| r.1 - r.0).sum::<usize>() >= e.size;
+                if kind == TargetKind::Target || attachment_only {
+                    continue;
+                }
                 if !self.first_time(finding::LEAK, e.device, e.begin, made) {
                     continue;
                 }
@@ -533,6 +554,20 @@ fn hint(named: bool, place: &str) -> &'static str {
     } else {
         ""
     }
+}
+
+/// A fast fingerprint of bytes (not cryptographic: equal contents, equal prints).
+fn fingerprint(bytes: &[u8]) -> u64 {
+    let mut h: u64 = 0x9e37_79b9_7f4a_7c15 ^ bytes.len() as u64;
+    let mut words = bytes.chunks_exact(8);
+    for w in &mut words {
+        let v = u64::from_le_bytes(w.try_into().expect("8 bytes"));
+        h = (h ^ v).wrapping_mul(0x100_0000_01b3).rotate_left(29);
+    }
+    for &b in words.remainder() {
+        h = (h ^ b as u64).wrapping_mul(0x100_0000_01b3);
+    }
+    h
 }
 
 /// The device's bytes `[tgt, tgt+len)`, read through the plugin.
