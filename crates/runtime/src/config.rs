@@ -22,6 +22,8 @@ pub enum CheckMode {
     All,
     /// `perf`: the data-movement advice only.
     Perf,
+    /// `bugs`: the findings only.
+    Bugs,
 }
 
 /// Settings taken from the environment.
@@ -133,11 +135,12 @@ impl Config {
         if let Some(v) = get("LIBOMPTARGET_CHECK") {
             c.check = match v.trim().to_ascii_lowercase().as_str() {
                 "perf" => CheckMode::Perf,
+                "bugs" => CheckMode::Bugs,
                 other => match parse_bool(other) {
                     Some(true) => CheckMode::All,
                     Some(false) => CheckMode::Off,
                     None => {
-                        eprintln!("omptarget warning: ignoring LIBOMPTARGET_CHECK='{v}': use 1, 0 or perf");
+                        eprintln!("omptarget warning: ignoring LIBOMPTARGET_CHECK='{v}': use 1, 0, bugs or perf");
                         CheckMode::Off
                     }
                 },

@@ -94,7 +94,11 @@ impl Checker {
     }
 
     fn findings(&self) -> bool {
-        self.mode == CheckMode::All
+        matches!(self.mode, CheckMode::All | CheckMode::Bugs)
+    }
+
+    fn advising(&self) -> bool {
+        matches!(self.mode, CheckMode::All | CheckMode::Perf)
     }
 
     /// True the first time a finding is made for this mapping at this construct.
@@ -189,6 +193,7 @@ impl Checker {
         let (s, end) = (host - e.begin, host - e.begin + bytes);
         let loc = current().map_or(Loc::NONE, |c| c.1);
         match time {
+            None if !self.advising() => {}
             None => {
                 // Before the copy: is it needed?
                 let waste = match dir {
@@ -318,7 +323,7 @@ impl Checker {
                         watch(i, &|w| w.uninit = true);
                     }
                 }
-                for i in (0..e.unread.len()).filter(|&i| e.unread[i]) {
+                for i in (0..e.unread.len()).filter(|&i| self.advising() && e.unread[i]) {
                     watch(i, &|w| w.unread = true);
                 }
             }
@@ -540,7 +545,7 @@ impl Checker {
                 );
             }
         }
-        let advice = self.advisor.summary();
+        let advice = if self.advising() { self.advisor.summary() } else { String::new() };
         if !advice.is_empty() {
             crate::info::emit(&advice);
         }

@@ -1,0 +1,189 @@
+//! The mapping checker (`LIBOMPTARGET_CHECK`): each finding from a real C and Fortran
+//! program with the bug (tests/programs/check/), silence on correct programs, the checks
+//! that still run without isolation, and the data-movement advice. Needs `make dist`.
+
+use omp_e2e::{compile, dist_lib, program, repo_root, run_with, scratch, Llvm, ALL};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+fn dir_for(what: &str) -> PathBuf {
+    static NEXT: AtomicUsize = AtomicUsize::new(0);
+    scratch(&format!("check-{}-{}", what.replace('/', "-"), NEXT.fetch_add(1, Ordering::Relaxed)))
+}
+
+fn build(llvm: Llvm, rel: &str, extra: &[&str]) -> PathBuf {
+    let exe = dir_for(rel).join("prog");
+    compile(llvm, &[&program(rel)], &exe, extra);
+    exe
+}
+
+/// Fortran through ompcc (flang 22 and the bitcode device runtime), as users build it.
+fn build_fortran(rel: &str) -> PathBuf {
+    let exe = dir_for(rel).join("prog");
+    let llvm = Llvm::V22;
+    let o = Command::new(repo_root().join("dist/bin/ompcc"))
+        .current_dir(exe.parent().unwrap())
+        .arg(format!("--clang={}", llvm.clang()))
+        .arg(format!("--flang={}", llvm.flang()))
+        .args(["-fopenmp", "-fopenmp-targets=x86_64-pc-linux-gnu", "-g", "-O1"])
+        .args(llvm.link_flags())
+        .arg(program(rel))
+        .arg("-o")
+        .arg(&exe)
+        .output()
+        .expect("run ompcc");
+    assert!(o.status.success(), "ompcc {rel}: {}", text(&o.stderr));
+    exe
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn run(exe: &Path, env: &[(&str, &str)]) -> Output {
+    run_with(exe, &dist_lib(), env)
+}
+
+/// The `omptarget check:` lines a run printed.
+fn findings(o: &Output) -> Vec<String> {
+    text(&o.stderr).lines().filter(|l| l.starts_with("omptarget check:")).map(str::to_string).collect()
+}
+
+/// Exactly one finding, containing every one of `want`.
+fn one_finding(o: &Output, want: &[&str]) -> String {
+    let f = findings(o);
+    assert_eq!(f.len(), 1, "expected one finding, got:\n{}", text(&o.stderr));
+    for w in want {
+        assert!(f[0].contains(w), "finding lacks {w:?}:\n{}", f[0]);
+    }
+    f[0].clone()
+}
+
+const CHECK: (&str, &str) = ("LIBOMPTARGET_CHECK", "1");
+
+#[test]
+fn the_documented_sum_example_names_a_its_place_and_the_fix() {
+    for llvm in ALL {
+        let exe = build(llvm, "check/sum.cpp", &[]);
+        // On the shared host device the missing map goes unnoticed.
+        assert!(run(&exe, &[]).status.success());
+        let o = run(&exe, &[CHECK]);
+        one_finding(
+            &o,
+            &[
+                "unmapped access",
+                "`A`",
+                "implicit zero-length map at sum.cpp:5:1",
+                "sum.cpp:5",
+                "map(to: A[0:N])",
+                "_Z3sumPdm_l5",
+                "read host memory",
+            ],
+        );
+        // The program then follows OMP_TARGET_OFFLOAD, as for any device failure.
+        assert!(!o.status.success());
+    }
+}
+
+#[test]
+fn without_debug_information_the_finding_says_how_to_get_names() {
+    let exe = build(Llvm::V22, "check/sum.cpp", &["-g0"]);
+    let f = one_finding(&run(&exe, &[CHECK]), &["unmapped access", "build with -g or -gline-tables-only"]);
+    assert!(f.contains("_Z3sumPdm_l5"), "{f}");
+}
+
+/// (program, finding, what the line must name) for each bug class in C.
+const C_BUGS: [(&str, &[&str]); 5] = [
+    (
+        "check/stale.c",
+        &["stale device data", "`a[0:4096]`", "stale.c:12:1", "stale.c:10:1", "#pragma omp target update to(a[0:4096])"],
+    ),
+    (
+        "check/discarded.c",
+        &["discarded device results", "`b[0:4096]`", "discarded.c:8:1", "map(tofrom: b[0:4096])", "target update from"],
+    ),
+    ("check/uninit.c", &["uninitialized device memory", "`c[0:4096]`", "uninit.c:8:1", "map(tofrom: c[0:4096])"]),
+    ("check/bounds.c", &["out of bounds", "wrote just past the end of `a[0:1024]`", "bounds.c:8:1"]),
+    ("check/leak.c", &["leak", "`d[0:4096]`", "leak.c:8:1", "#pragma omp target exit data map(release: d[0:4096])"]),
+];
+
+#[test]
+fn each_finding_in_c() {
+    for (rel, want) in C_BUGS {
+        let exe = build(Llvm::V22, rel, &[]);
+        let plain = run(&exe, &[]);
+        assert!(findings(&plain).is_empty(), "{rel}: findings without LIBOMPTARGET_CHECK");
+        one_finding(&run(&exe, &[CHECK]), want);
+    }
+}
+
+#[test]
+fn each_finding_in_fortran() {
+    let cases: [(&str, &[&str]); 5] = [
+        ("check/stale.f90", &["stale device data", "`a`", "stale.f90:11", "stale.f90:9", "!$omp target update to(a)"]),
+        ("check/discarded.f90", &["discarded device results", "`b`", "discarded.f90:8", "!$omp target update from(b)"]),
+        ("check/uninit.f90", &["uninitialized device memory", "`c`", "uninit.f90:8", "map(tofrom: c)"]),
+        ("check/bounds.f90", &["out of bounds", "just past the end of `a(1:1024)`", "bounds.f90:9", "a(1:m)"]),
+        ("check/leak.f90", &["leak", "`d`", "leak.f90:9", "!$omp target exit data map(release: d)"]),
+    ];
+    for (rel, want) in cases {
+        let exe = build_fortran(rel);
+        one_finding(&run(&exe, &[CHECK]), want);
+    }
+}
+
+/// Correct programs: no finding, and the same output as without the checker.
+#[test]
+fn correct_programs_are_silent() {
+    let mut exes: Vec<(String, PathBuf)> = Vec::new();
+    for llvm in ALL {
+        exes.push((format!("check/correct.c ({})", llvm.major()), build(llvm, "check/correct.c", &[])));
+    }
+    for rel in ["isolate/correct.c", "runtime/threads.c", "runtime/nowait_depend.c", "runtime/data_regions.c", "check/advice.c"] {
+        exes.push((rel.to_string(), build(Llvm::V22, rel, &[])));
+    }
+    for rel in ["fortran/target_data.f90", "fortran/tdpd_reduction.f90", "fortran/declare_to_array.f90"] {
+        exes.push((rel.to_string(), build_fortran(rel)));
+    }
+    for (name, exe) in exes {
+        let plain = run(&exe, &[]);
+        assert!(plain.status.success(), "{name}: {}", text(&plain.stderr));
+        let checked = run(&exe, &[("LIBOMPTARGET_CHECK", "bugs")]);
+        assert!(checked.status.success(), "{name}: {}", text(&checked.stderr));
+        assert!(findings(&checked).is_empty(), "{name}: false alarm:\n{}", text(&checked.stderr));
+        assert_eq!(text(&checked.stdout), text(&plain.stdout), "{name}");
+    }
+}
+
+/// On a device that shares the program's memory, the checks that need isolation are
+/// skipped and the others still run.
+#[test]
+fn without_isolation_only_the_checks_that_need_it_are_skipped() {
+    let not_isolated = [CHECK, ("LIBOMPTARGET_ISOLATE", "0")];
+    let discarded = build(Llvm::V22, "check/discarded.c", &[]);
+    one_finding(&run(&discarded, &not_isolated), &["discarded device results", "`b[0:4096]`"]);
+    let leak = build(Llvm::V22, "check/leak.c", &[]);
+    one_finding(&run(&leak, &not_isolated), &["leak", "`d[0:4096]`"]);
+    let stale = build(Llvm::V22, "check/stale.c", &[]);
+    let o = run(&stale, &not_isolated);
+    assert!(o.status.success() && findings(&o).is_empty(), "{}", text(&o.stderr));
+}
+
+#[test]
+fn the_advisor_sums_avoidable_transfers_and_allocations() {
+    let exe = build(Llvm::V22, "check/advice.c", &[]);
+    let o = run(&exe, &[("LIBOMPTARGET_CHECK", "perf")]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_eq!(text(&o.stdout), "s=1999980\n");
+    let err = text(&o.stderr);
+    assert!(findings(&o).is_empty(), "{err}");
+    assert!(err.starts_with("omptarget advice: data movement that could be avoided"), "{err}");
+    let line = |what: &str| err.lines().find(|l| l.contains(what)).unwrap_or_else(|| panic!("no {what:?}:\n{err}")).to_string();
+    let back = line("copied back from the device although no kernel changed it");
+    assert!(back.contains("a[0:100000] at advice.c:11:1") && back.contains("10 times") && back.contains("7812.5 KiB"), "{back}");
+    let alloc = line("r[0:100000] at advice.c:11:1: allocated and freed on the device again and again");
+    assert!(alloc.contains("10 times"), "{alloc}");
+    let resent = line("copied to the device again with the same contents");
+    assert!(resent.contains("a[0:100000]") && resent.contains("9 times"), "{resent}");
+}
