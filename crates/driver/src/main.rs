@@ -33,8 +33,10 @@ usage: ompcc -fopenmp [host options] [--target-offload=<triple> [options for tha
 Targets: --target-offload=T opens a group of options for T only, closed by the next
 --target-offload= or by --host. Input files always belong to the whole build.
 Also accepted: -fopenmp-targets=T1,T2 with -Xopenmp-target[=T] <arg>.
-Driver options: -E -S -c -o -v -### --save-temps --clang=PATH --flang=PATH --runtime-dir=DIR
---driver-mode=gcc|g++|flang.
+Driver options: -E -S -c -fsyntax-only -o -v -### --save-temps --clang=PATH --flang=PATH
+--runtime-dir=DIR --driver-mode=gcc|g++|flang. Dependency files as clang: -M -MM -MD -MMD -MF -MT -MQ -MP.
+Inputs: C, C++ and Fortran sources (Fortran modules are compiled before their users); .s .S .ll .bc
+(compiled for the host, as clang does; device code they carry is kept); objects and archives.
 Declare target analysis: --declare-target-report[=FILE] --declare-target-check --declare-target-filter
 (docs/declare-target.md). Environment: OMPCC_CLANG, OMPCC_FLANG, OMPCC_RUNTIME_DIR.
 See docs/ompcc.md.";
