@@ -155,10 +155,7 @@ fn host_target_stays_on_the_host() {
     assert!(text(&list.stdout).contains(&format!("triple={HOST}")), "{}", text(&list.stdout));
     let dry = text(&must(ompcc_in(&dir, &[&args[..], &["-###"]].concat()), "-###").stderr);
     let dev = dry.lines().find(|l| l.contains(&format!("--target={HOST}"))).unwrap();
-    assert!(
-        !dev.contains("--target=powerpc") && dev.contains("-aux-triple -Xclang powerpc64le-linux-gnu"),
-        "{dev}"
-    );
+    assert!(!dev.contains("--target=powerpc") && dev.contains("-aux-triple -Xclang powerpc64le-linux-gnu"), "{dev}");
 }
 
 #[test]
