@@ -6,7 +6,7 @@
 //!   that section, so the link finds them as in any other object. A clang-offload-bundler bundle
 //!   (clang's old offload driver) is refused: its device parts would be lost;
 //! * `-fsyntax-only`: the compiler checks the source for the host and for every offload target
-//!   itself; each target gets its group's options through `-Xopenmp-target=T`.
+//!   itself; each target gets its group's options through `-Xopenmp-target=T` (clang only).
 
 use crate::args::{Input, Lang};
 use crate::bail;
@@ -29,7 +29,8 @@ pub fn compile(ctx: &Ctx, input: &Input, lang: Lang, emit: Emit, out: Option<&Pa
     if emit == Emit::SyntaxOnly && !lang.host_only() && ctx.args.offloading() {
         let triples: Vec<&str> = ctx.args.targets.iter().map(|t| t.triple.as_str()).collect();
         c.arg("-fopenmp").arg(format!("-fopenmp-targets={}", triples.join(",")));
-        for t in &ctx.args.targets {
+        // flang has no -Xopenmp-target: its device check runs with the common options only.
+        for t in ctx.args.targets.iter().filter(|_| lang != Lang::Fortran) {
             for o in t.opts.iter().filter(|o| !matches!(classify(o), Class::Link | Class::Deps)) {
                 for a in joined(o) {
                     c.arg(format!("-Xopenmp-target={}", t.triple)).arg(a);
