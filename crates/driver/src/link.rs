@@ -214,7 +214,7 @@ pub fn link(ctx: &Ctx, compiled: &[Option<Compiled>], out: &str) -> Result<()> {
     let layout = layout.unwrap_or(if ctx.tc.clang.major >= 20 { EntryLayout::New } else { EntryLayout::Legacy });
     let rt = runtime::find(args.runtime_dir.as_deref(), layout.abi_major(), &ctx.tc.clang.path)?;
     let rt_dir = rt.dir.to_string_lossy().into_owned();
-    let rt_libs = [format!("-L{rt_dir}"), format!("-l:{}", rt.lib)];
+    let rt_libs = runtime::link_args(&rt);
 
     // One device library per target.
     let mut triples: Vec<String> = Vec::new();

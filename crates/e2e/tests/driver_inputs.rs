@@ -250,3 +250,27 @@ fn messages_of_parallel_compiles_stay_whole_lines() {
         );
     }
 }
+
+#[test]
+fn cmake_c_and_asm_project_with_find_openmp() {
+    if Command::new("cmake").arg("--version").output().is_err() {
+        eprintln!("\n*** SKIPPED cmake_c_and_asm_project_with_find_openmp: cmake is not installed ***\n");
+        return;
+    }
+    let dir = scratch("inputs-cmake-asm");
+    let cc = ompcc();
+    let o = Command::new("cmake")
+        .current_dir(&dir)
+        .arg(format!("-DCMAKE_C_COMPILER={}", cc.display()))
+        .arg(format!("-DCMAKE_ASM_COMPILER={}", cc.display()))
+        .arg("-S")
+        .arg(program("driver/cmake-asm"))
+        .arg("-B")
+        .arg(&dir)
+        .output()
+        .unwrap();
+    let o = must(o, "cmake configure");
+    assert!(text(&o.stdout).contains("Found OpenMP: TRUE"), "{}", text(&o.stdout));
+    must(Command::new("cmake").current_dir(&dir).args(["--build", "."]).output().unwrap(), "cmake --build");
+    assert_eq!(run(&dir.join("app")), "c+asm: 42\n");
+}
