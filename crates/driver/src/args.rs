@@ -15,9 +15,20 @@ pub enum Lang {
     C,
     Cxx,
     Fortran,
+    /// Assembly (`.s`): assembled by clang, with no OpenMP phases (as clang does).
+    Asm,
+    /// Assembly to preprocess (`.S`, `.sx`).
+    AsmCpp,
+    /// LLVM IR, text (`.ll`) or bitcode (`.bc`): compiled by clang for the host only.
+    Ir,
 }
 
 impl Lang {
+    /// True for inputs clang compiles for the host alone (assembly, LLVM IR): no device phases.
+    pub fn host_only(self) -> bool {
+        matches!(self, Lang::Asm | Lang::AsmCpp | Lang::Ir)
+    }
+
     /// The language of a source file name, or `None` for a linker input.
     pub fn from_path(path: &str) -> Option<Lang> {
         let ext = path.rsplit_once('.').map(|(_, e)| e)?;
@@ -27,6 +38,9 @@ impl Lang {
             "f" | "F" | "f90" | "F90" | "f95" | "F95" | "f03" | "F03" | "f08" | "F08" | "for" | "FOR" | "ftn" => {
                 Some(Lang::Fortran)
             }
+            "s" => Some(Lang::Asm),
+            "S" | "sx" => Some(Lang::AsmCpp),
+            "ll" | "bc" => Some(Lang::Ir),
             _ => None,
         }
     }
@@ -37,6 +51,9 @@ impl Lang {
             "c" | "cpp-output" | "c-header" => Some(Lang::C),
             "c++" | "c++-cpp-output" | "c++-header" => Some(Lang::Cxx),
             "f95" | "f95-cpp-input" | "f90" | "fortran" => Some(Lang::Fortran),
+            "assembler" => Some(Lang::Asm),
+            "assembler-with-cpp" => Some(Lang::AsmCpp),
+            "ir" => Some(Lang::Ir),
             _ => None,
         }
     }
@@ -46,6 +63,8 @@ impl Lang {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
     Preprocess,
+    /// `-fsyntax-only`: check the sources, for the host and every target; write nothing.
+    SyntaxOnly,
     Assemble,
     Compile,
     Link,
@@ -75,6 +94,8 @@ pub enum Item {
 pub struct TargetGroup {
     pub triple: String,
     pub opts: Vec<Vec<String>>,
+    /// Opened by `--target-offload=` (a second one for the triple is merged, with a warning).
+    pub explicit_group: bool,
 }
 
 /// What ompcc was asked to do.
@@ -108,6 +129,10 @@ pub struct Args {
     pub link_lang: Option<Lang>,
     /// `--declare-target-report[=FILE]`, `--declare-target-check`, `--declare-target-filter`.
     pub declare_target: crate::declare_target::Options,
+    /// Indexes into [`Args::items`] of the options given after `--host`: the host's alone.
+    pub host_only: Vec<usize>,
+    /// Warnings about the command line, printed before the build.
+    pub warnings: Vec<String>,
 }
 
 /// Options whose value is the next argument.
@@ -158,10 +183,12 @@ fn group_index(targets: &mut Vec<TargetGroup>, triple: &str) -> Result<usize> {
     if triple.is_empty() {
         bail!("empty offload target triple");
     }
+    let triple = canonical_triple(triple);
+    let triple = triple.as_str();
     if let Some(i) = targets.iter().position(|t| t.triple == triple) {
         return Ok(i);
     }
-    targets.push(TargetGroup { triple: triple.to_string(), opts: Vec::new() });
+    targets.push(TargetGroup { triple: triple.to_string(), opts: Vec::new(), explicit_group: false });
     Ok(targets.len() - 1)
 }
 
@@ -183,8 +210,12 @@ pub fn parse(prog: &str, argv: &[String]) -> Result<Args> {
         runtime_dir: None,
         link_lang: link_lang_from_prog(prog),
         declare_target: Default::default(),
+        host_only: Vec::new(),
+        warnings: Vec::new(),
     };
     let mut group: Option<usize> = None;
+    let mut after_host = false;
+    let mut syntax_only = false;
     let mut x: Option<String> = None;
     let mut untargeted_x: Vec<String> = Vec::new();
     let (mut c, mut s, mut e) = (false, false, false);
@@ -232,10 +263,28 @@ pub fn parse(prog: &str, argv: &[String]) -> Result<Args> {
                 a.action = Action::Extract(f);
             }
             ("--target-offload", Some(t)) => {
-                group = Some(group_index(&mut a.targets, &t)?);
+                let known = a.targets.len();
+                let g = group_index(&mut a.targets, &t)?;
+                if g < known && a.targets[g].explicit_group {
+                    a.warnings.push(format!(
+                        "'--target-offload={t}' opens a second option group for offload target {}: its options are added to the first group's",
+                        a.targets[g].triple
+                    ));
+                }
+                a.targets[g].explicit_group = true;
+                group = Some(g);
+                after_host = false;
                 a.openmp = true;
             }
-            ("--host", None) => group = None,
+            ("--host", None) => {
+                group = None;
+                after_host = true;
+            }
+            ("-fsyntax-only", None) => syntax_only = true,
+            ("-M" | "-MM", None) => {
+                e = true;
+                a.items.push(Item::Opt(vec![arg.clone()]));
+            }
             ("-fopenmp", _) => a.openmp = true,
             ("-fopenmp-targets", Some(list)) => {
                 for t in list.split(',').filter(|t| !t.is_empty()) {
@@ -263,7 +312,12 @@ pub fn parse(prog: &str, argv: &[String]) -> Result<Args> {
                 }
                 match group {
                     Some(g) => a.targets[g].opts.push(opt),
-                    None => a.items.push(Item::Opt(opt)),
+                    None => {
+                        if after_host {
+                            a.host_only.push(a.items.len());
+                        }
+                        a.items.push(Item::Opt(opt))
+                    }
                 }
             }
             _ => {
@@ -279,6 +333,8 @@ pub fn parse(prog: &str, argv: &[String]) -> Result<Args> {
     }
     a.mode = if e {
         Mode::Preprocess
+    } else if syntax_only {
+        Mode::SyntaxOnly
     } else if s {
         Mode::Assemble
     } else if c {
@@ -293,9 +349,24 @@ pub fn parse(prog: &str, argv: &[String]) -> Result<Args> {
         a.targets[0].opts.extend(untargeted_x.into_iter().map(|v| vec![v]));
     }
     if a.openmp && a.targets.is_empty() {
-        a.targets.push(TargetGroup { triple: HOST_TRIPLE.to_string(), opts: Vec::new() });
+        a.targets.push(TargetGroup { triple: HOST_TRIPLE.to_string(), opts: Vec::new(), explicit_group: false });
     }
     Ok(a)
+}
+
+/// The spellings of the x86_64 Linux triple that clang accepts, as the one ompcc uses.
+pub fn canonical_triple(t: &str) -> String {
+    match t {
+        "x86_64" | "x86_64-unknown-linux-gnu" | "x86_64-linux-gnu" | "x86_64-linux" | "x86_64-pc-linux" => {
+            HOST_TRIPLE.to_string()
+        }
+        _ => t.to_string(),
+    }
+}
+
+/// `--target=T` / `-target T`: names the host's triple, never a device's.
+pub fn is_host_target(opt: &[String]) -> bool {
+    opt[0].starts_with("--target=") || opt[0] == "-target"
 }
 
 /// `ompc++` links as C++, `ompfort`/`ompf90` as Fortran; anything else decides from the sources.
@@ -317,6 +388,27 @@ impl Args {
             Item::Opt(o) => Some(o),
             Item::Input(_) => None,
         })
+    }
+
+    /// The host options that also reach device compiles: not those after `--host`, nor the
+    /// host's own `--target=`/`-target`.
+    pub fn shared_opts(&self) -> impl Iterator<Item = &Vec<String>> {
+        self.items.iter().enumerate().filter_map(|(i, it)| match it {
+            Item::Opt(o) if !self.host_only.contains(&i) && !is_host_target(o) => Some(o),
+            _ => None,
+        })
+    }
+
+    /// The host's triple: `--target=`/`-target` among the host options, else x86_64 Linux.
+    pub fn host_triple(&self) -> String {
+        self.host_opts()
+            .filter_map(|o| match o[0].strip_prefix("--target=") {
+                Some(t) => Some(t.to_string()),
+                None if o[0] == "-target" => o.get(1).cloned(),
+                None => None,
+            })
+            .last()
+            .unwrap_or_else(|| HOST_TRIPLE.to_string())
     }
 
     /// True when offloading is on for this build.

@@ -2,7 +2,8 @@
 
 use crate::bail;
 use crate::error::Result;
-use std::process::Command;
+use std::io::Write;
+use std::process::{Command, Stdio};
 
 /// One external command and what it does, for messages.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -70,7 +71,8 @@ impl Runner {
         }
     }
 
-    /// Runs `cmd`; its own diagnostics go straight to our stderr.
+    /// Runs `cmd`. Its diagnostics are collected and written to our stderr in one piece when
+    /// it ends, so those of commands running side by side never mix within a line.
     pub fn run(&self, cmd: &Cmd) -> Result<()> {
         if let Some(n) = &cmd.note {
             self.note(n);
@@ -81,8 +83,19 @@ impl Runner {
         if self.dry_run {
             return Ok(());
         }
-        let status = match Command::new(&cmd.prog).args(&cmd.args).status() {
-            Ok(s) => s,
+        let output = Command::new(&cmd.prog)
+            .args(&cmd.args)
+            .stdin(Stdio::inherit())
+            .stdout(Stdio::inherit())
+            .stderr(Stdio::piped())
+            .output();
+        let status = match output {
+            Ok(o) => {
+                if !o.stderr.is_empty() {
+                    let _ = std::io::stderr().lock().write_all(&o.stderr);
+                }
+                o.status
+            }
             Err(e) => bail!("{}: cannot run '{}': {e}", cmd.what, cmd.prog),
         };
         if !status.success() {

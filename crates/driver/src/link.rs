@@ -138,6 +138,9 @@ pub fn link(ctx: &Ctx, compiled: &[Option<Compiled>], out: &str) -> Result<()> {
         let ext = match bin.image_kind {
             ImageKind::Object => "o",
             ImageKind::Bitcode => "bc",
+            // `clang -S` (and `ompcc -S` of clang's `.s`) embeds the device's assembly, labelled
+            // PTX whatever the target: for a CPU target the device link assembles it.
+            ImageKind::Ptx if is_cpu_target(bin.triple()) => "s",
             other => bail!("{name}: device image of kind {} cannot be linked by ompcc", other.name()),
         };
         let path = ctx.temps.path(&format!("image{i}"), &format!("{}.{ext}", bin.triple()));
@@ -182,10 +185,17 @@ pub fn link(ctx: &Ctx, compiled: &[Option<Compiled>], out: &str) -> Result<()> {
     {
         lang = Lang::Cxx;
     }
+    // Nor Fortran: flang's runtime references do (linking only flang objects needs flang's driver).
+    if lang == Lang::C
+        && args.link_lang.is_none()
+        && objects.iter().any(|o| o.needs.iter().any(|n| n.starts_with("_FortranA")))
+    {
+        lang = Lang::Fortran;
+    }
     let (prog, mode_flag) = match lang {
         Lang::Fortran => (ctx.tc.flang()?.path.to_string_lossy().into_owned(), None),
         Lang::Cxx => (ctx.tc.clang.path.to_string_lossy().into_owned(), Some("--driver-mode=g++")),
-        Lang::C => (ctx.tc.clang.path.to_string_lossy().into_owned(), None),
+        _ => (ctx.tc.clang.path.to_string_lossy().into_owned(), None),
     };
     let mut host = Cmd::new(prog.clone(), "host link");
     host.args(mode_flag);
@@ -204,7 +214,7 @@ pub fn link(ctx: &Ctx, compiled: &[Option<Compiled>], out: &str) -> Result<()> {
     let layout = layout.unwrap_or(if ctx.tc.clang.major >= 20 { EntryLayout::New } else { EntryLayout::Legacy });
     let rt = runtime::find(args.runtime_dir.as_deref(), layout.abi_major(), &ctx.tc.clang.path)?;
     let rt_dir = rt.dir.to_string_lossy().into_owned();
-    let rt_libs = [format!("-L{rt_dir}"), format!("-l:{}", rt.lib)];
+    let rt_libs = runtime::link_args(&rt);
 
     // One device library per target.
     let mut triples: Vec<String> = Vec::new();

@@ -63,11 +63,13 @@ pub enum Emit {
     Object,
     /// Host object for an immediate link; device objects are returned, not embedded.
     ForLink,
+    /// `-fsyntax-only`: nothing written ([`crate::passthrough`]).
+    SyntaxOnly,
 }
 
 impl Ctx<'_> {
     /// The compiler for a language.
-    fn tool(&self, lang: Lang) -> Result<&Tool> {
+    pub fn tool(&self, lang: Lang) -> Result<&Tool> {
         match lang {
             Lang::Fortran => self.tc.flang(),
             _ => Ok(&self.tc.clang),
@@ -93,6 +95,9 @@ impl Ctx<'_> {
     /// Compiles one source; `out` is the final file for `-E/-S/-c`.
     pub fn compile(&self, input: &Input, emit: Emit, out: Option<&Path>) -> Result<Compiled> {
         let lang = input.lang.ok_or_else(|| Error::new(format!("{}: not a source file", input.path)))?;
+        if lang.host_only() || emit == Emit::SyntaxOnly {
+            return crate::passthrough::compile(self, input, lang, emit, out);
+        }
         let tool = self.tool(lang)?;
         let fortran = lang == Lang::Fortran;
         let prog = tool.path.to_string_lossy().into_owned();
@@ -118,10 +123,11 @@ impl Ctx<'_> {
         };
         let fe_opts = |c: &mut Cmd| {
             for o in &host_opts {
-                if classify(o) != Class::Link {
+                if !matches!(classify(o), Class::Link | Class::Deps) {
                     c.args(o.iter().cloned());
                 }
             }
+            c.args(crate::depfile::host_args(self.args, input));
         };
 
         if emit == Emit::Preprocessed || !offload {
@@ -205,11 +211,11 @@ impl Ctx<'_> {
             }
             if !fortran {
                 c.arg("-fvisibility=protected");
-                c.args([x, "-aux-triple", x, crate::args::HOST_TRIPLE]);
+                c.args([x, "-aux-triple", x]).arg(self.args.host_triple());
             }
             c.args([x, "-fopenmp-is-target-device", x, "-fopenmp-host-ir-file-path", x]);
             c.arg(bc.to_string_lossy());
-            for o in &host_opts {
+            for o in self.args.shared_opts() {
                 let class = classify(o);
                 if class == Class::Link || class == Class::Deps {
                     continue;

@@ -67,6 +67,31 @@ fn is_gpu_only(p: &Path) -> bool {
     std::fs::read(p).map(|d| d.windows(16).any(|w| w == b"devicertl-amdgpu")).unwrap_or(false)
 }
 
+/// How a link names the runtime: by its path when the file carries its own name as SONAME (ours
+/// and LLVM's do), so the program records that name and CMake's FindOpenMP, which reads the
+/// link line of `-v`, finds the library (it cannot resolve `-l:NAME`); else by `-l:NAME`, which
+/// records the name without the directory.
+pub fn link_args(rt: &Runtime) -> Vec<String> {
+    let path = rt.dir.join(&rt.lib);
+    if has_soname(&path, &rt.lib) {
+        vec![format!("-L{}", rt.dir.display()), path.to_string_lossy().into_owned()]
+    } else {
+        vec![format!("-L{}", rt.dir.display()), format!("-l:{}", rt.lib)]
+    }
+}
+
+/// True when `name` followed by NUL is among the first 1 MiB of `path` (where `.dynstr`, which
+/// holds the SONAME, lies in a shared library).
+fn has_soname(path: &Path, name: &str) -> bool {
+    let mut head = Vec::new();
+    let Ok(f) = std::fs::File::open(path) else { return false };
+    if std::io::Read::read_to_end(&mut std::io::Read::take(f, 1 << 20), &mut head).is_err() {
+        return false;
+    }
+    let needle = format!("{name}\0");
+    head.windows(needle.len()).any(|w| w == needle.as_bytes())
+}
+
 /// `<dir of ompcc>/../lib`.
 fn own_lib_dir() -> Option<PathBuf> {
     let exe = std::env::current_exe().ok()?;

@@ -197,6 +197,7 @@ fn dry_run_prints_one_pipeline_per_target_with_its_own_options() {
         &[
             "-fopenmp",
             "-O2",
+            "-DCOMMON",
             "--target-offload=x86_64-pc-linux-gnu",
             "-DONLY_X86",
             "--target-offload=nvptx64-nvidia-cuda",
@@ -218,10 +219,13 @@ fn dry_run_prints_one_pipeline_per_target_with_its_own_options() {
     assert_eq!(pipeline("nvptx64-nvidia-cuda"), 2, "compile + link pipelines for nvptx64:\n{err}");
     let x86 = lines.iter().find(|l| l.contains("--target=x86_64-pc-linux-gnu") && l.contains(" -c ")).unwrap();
     let ptx = lines.iter().find(|l| l.contains("--target=nvptx64-nvidia-cuda") && l.contains(" -c ")).unwrap();
-    assert!(x86.contains("-DONLY_X86") && !x86.contains("-DONLY_NVPTX") && x86.contains("-DHOST_TOO"), "{x86}");
+    assert!(x86.contains("-DONLY_X86") && !x86.contains("-DONLY_NVPTX") && x86.contains("-DCOMMON"), "{x86}");
+    // Options after --host are the host's alone.
+    assert!(!x86.contains("-DHOST_TOO") && !ptx.contains("-DHOST_TOO"), "host-only option on a device:\n{err}");
     assert!(ptx.contains("-DONLY_NVPTX") && ptx.contains("-march=sm_80") && !ptx.contains("-DONLY_X86"), "{ptx}");
     let host = lines.iter().find(|l| l.contains("--offload-host-only") && l.contains("-emit-llvm")).unwrap();
     assert!(!host.contains("ONLY_"), "group options leaked to the host: {host}");
+    assert!(host.contains("-DHOST_TOO") && host.contains("-DCOMMON"), "{host}");
     assert!(host.contains("-fopenmp-targets=x86_64-pc-linux-gnu,nvptx64-nvidia-cuda"), "{host}");
 }
 

@@ -1,0 +1,100 @@
+//! Compiles that are one clang (or flang) command, as clang's own driver runs them:
+//!
+//! * assembly (`.s`, `.S`) and LLVM IR (`.ll`, `.bc`): clang runs no offload phase for them, it
+//!   compiles them for the host. A file written by an offloading compile (`-S`, `-c -emit-llvm`)
+//!   carries its device images in a `.llvm.offloading` section; the object made from it keeps
+//!   that section, so the link finds them as in any other object. A clang-offload-bundler bundle
+//!   (clang's old offload driver) is refused: its device parts would be lost;
+//! * `-fsyntax-only`: the compiler checks the source for the host and for every offload target
+//!   itself; each target gets its group's options through `-Xopenmp-target=T` (clang only).
+
+use crate::args::{Input, Lang};
+use crate::bail;
+use crate::classify::{classify, Class};
+use crate::error::Result;
+use crate::exec::Cmd;
+use crate::pipeline::{Compiled, Ctx, Emit};
+use crate::temps::stem;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+/// Runs the one command for `input`; `out` is the final file for `-E/-S/-c`.
+pub fn compile(ctx: &Ctx, input: &Input, lang: Lang, emit: Emit, out: Option<&Path>) -> Result<Compiled> {
+    let tool = ctx.tool(lang)?;
+    let name = &input.path;
+    if lang.host_only() {
+        refuse_old_bundle(name)?;
+    }
+    let mut c = Cmd::new(tool.path.to_string_lossy(), format!("{name}: compile"));
+    if emit == Emit::SyntaxOnly && !lang.host_only() && ctx.args.offloading() {
+        let triples: Vec<&str> = ctx.args.targets.iter().map(|t| t.triple.as_str()).collect();
+        c.arg("-fopenmp").arg(format!("-fopenmp-targets={}", triples.join(",")));
+        // flang has no -Xopenmp-target: its device check runs with the common options only.
+        for t in ctx.args.targets.iter().filter(|_| lang != Lang::Fortran) {
+            for o in t.opts.iter().filter(|o| !matches!(classify(o), Class::Link | Class::Deps)) {
+                for a in joined(o) {
+                    c.arg(format!("-Xopenmp-target={}", t.triple)).arg(a);
+                }
+            }
+        }
+    } else if ctx.args.openmp && !lang.host_only() {
+        c.arg("-fopenmp");
+    }
+    for o in ctx.args.host_opts().filter(|o| !matches!(classify(o), Class::Link | Class::Deps)) {
+        c.args(o.iter().cloned());
+    }
+    c.args(crate::depfile::host_args(ctx.args, input));
+    if ctx.args.verbose {
+        c.arg("-v");
+    }
+    let host: Option<PathBuf> = match emit {
+        Emit::SyntaxOnly => {
+            c.arg("-fsyntax-only");
+            None
+        }
+        Emit::Preprocessed => {
+            c.arg("-E");
+            out.map(Path::to_path_buf)
+        }
+        Emit::Assembly => {
+            c.arg("-S");
+            Some(out.map_or_else(|| ctx.temps.path(&stem(name), "s"), Path::to_path_buf))
+        }
+        Emit::Object | Emit::ForLink => {
+            c.arg("-c");
+            Some(out.map_or_else(|| ctx.temps.path(&stem(name), "o"), Path::to_path_buf))
+        }
+    };
+    if let Some(x) = &input.x {
+        c.arg("-x").arg(x.clone());
+    }
+    c.arg(name.clone());
+    if let Some(h) = &host {
+        c.arg("-o").arg(h.to_string_lossy());
+    }
+    ctx.runner.run(&c)?;
+    Ok(Compiled { host: host.unwrap_or_default(), devices: Vec::new(), dt: None })
+}
+
+/// `-I dir` → `-Idir`: `-Xopenmp-target=T` passes one argument.
+fn joined(o: &[String]) -> Vec<String> {
+    match o {
+        [flag, value] if matches!(flag.as_str(), "-I" | "-D" | "-U" | "-L" | "-l") => vec![format!("{flag}{value}")],
+        _ => o.to_vec(),
+    }
+}
+
+/// clang's old offload driver wrote bundles (`__CLANG_OFFLOAD_BUNDLE__` markers near the start of
+/// the file); compiling one for the host would drop its device code without a word.
+fn refuse_old_bundle(path: &str) -> Result<()> {
+    let mut head = Vec::with_capacity(4096);
+    if let Ok(f) = std::fs::File::open(path) {
+        let _ = f.take(4096).read_to_end(&mut head);
+    }
+    if head.windows(24).any(|w| w == b"__CLANG_OFFLOAD_BUNDLE__") {
+        bail!(
+            "{path}: a clang-offload-bundler bundle (clang's old offload driver, --no-offload-new-driver): ompcc would lose its device code; rebuild it with ompcc, or with clang's default (new) offload driver"
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,8 @@
+#define VALUE 2
+        .text
+        .globl two
+        .type two, @function
+two:
+        movl $VALUE, %eax
+        ret
+        .section .note.GNU-stack,"",@progbits
