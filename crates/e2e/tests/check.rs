@@ -134,13 +134,15 @@ fn each_finding_in_fortran() {
 }
 
 /// Correct programs: no finding, and the same output as without the checker.
+/// (runtime/data_regions.c is not among them: it shows on purpose that a `map(to:)` array
+/// a kernel changes keeps its host values, which the checker reports as discarded results.)
 #[test]
 fn correct_programs_are_silent() {
     let mut exes: Vec<(String, PathBuf)> = Vec::new();
     for llvm in ALL {
         exes.push((format!("check/correct.c ({})", llvm.major()), build(llvm, "check/correct.c", &[])));
     }
-    for rel in ["isolate/correct.c", "runtime/threads.c", "runtime/nowait_depend.c", "runtime/data_regions.c", "check/advice.c"] {
+    for rel in ["isolate/correct.c", "runtime/threads.c", "runtime/nowait_depend.c", "check/advice.c"] {
         exes.push((rel.to_string(), build(Llvm::V22, rel, &[])));
     }
     for rel in ["fortran/target_data.f90", "fortran/tdpd_reduction.f90", "fortran/declare_to_array.f90"] {

@@ -16,6 +16,8 @@ pub(super) struct Entry {
     pub name: usize,
     /// The construct that made it; `None` when made outside constructs (declare target).
     pub made_by: Option<(TargetKind, Loc)>,
+    /// One of that construct's own map arguments made it (not a mapper or a member).
+    pub explicit: bool,
     /// Host and device held these bytes after the last copy between them (valid where
     /// `synced` says so).
     pub snapshot: Vec<u8>,
@@ -43,6 +45,7 @@ impl Entry {
             tgt,
             name,
             made_by,
+            explicit: false,
             snapshot: Vec::new(),
             synced: Vec::new(),
             ignore: Vec::new(),

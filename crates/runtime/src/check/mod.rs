@@ -14,7 +14,7 @@ mod entry;
 mod report;
 
 use crate::config::CheckMode;
-use crate::trace::{Direction, Event, TargetKind};
+use crate::trace::{Direction, Event, RcChange, TargetKind};
 use crate::{DeviceCtx, Loc};
 use advice::{Advisor, Waste};
 use entry::Entry;
@@ -26,6 +26,8 @@ use std::time::Duration;
 
 /// `OMP_MAP_IMPLICIT`.
 const IMPLICIT: i64 = 0x200;
+/// `OMP_MAP_MEMBER_OF` bits.
+const MEMBER_OF: i64 = 0xffff_0000_0000_0000u64 as i64;
 
 /// The checker's state, shared by all threads.
 pub struct Checker {
@@ -43,8 +45,8 @@ pub struct Checker {
 struct Ctx {
     kind: TargetKind,
     loc: Loc,
-    /// The construct's map arguments: (name, type).
-    args: Vec<(usize, i64)>,
+    /// The construct's map arguments: (name, type, size).
+    args: Vec<(usize, i64, i64)>,
     /// Pointer arguments that point to nothing mapped: (variable, host address).
     unmapped: Vec<(String, usize)>,
     /// A transfer announced and judged wasteful, waiting for its duration.
@@ -56,7 +58,7 @@ struct Ctx {
 thread_local! {
     static CTX: RefCell<Vec<Ctx>> = const { RefCell::new(Vec::new()) };
     /// The last `Arguments` event (it precedes its construct's begin).
-    static ARGS: RefCell<Vec<(usize, i64)>> = const { RefCell::new(Vec::new()) };
+    static ARGS: RefCell<Vec<(usize, i64, i64)>> = const { RefCell::new(Vec::new()) };
 }
 
 fn with_ctx<R>(f: impl FnOnce(Option<&mut Ctx>) -> R) -> R {
@@ -115,10 +117,12 @@ impl Checker {
     /// An event from the runtime (after its locks are released).
     pub fn event(&self, ev: &Event, dev: Option<&DeviceCtx>) {
         match *ev {
-            Event::Arguments { types, names, .. } => ARGS.with(|a| {
+            Event::Arguments { types, sizes, names, .. } => ARGS.with(|a| {
                 let mut a = a.borrow_mut();
                 a.clear();
-                a.extend(types.iter().enumerate().map(|(i, &t)| (names.and_then(|n| n.get(i).copied()).unwrap_or(0), t)));
+                a.extend(types.iter().zip(sizes).enumerate().map(|(i, (&t, &size))| {
+                    (names.and_then(|n| n.get(i).copied()).unwrap_or(0), t, size)
+                }));
             }),
             Event::Construct { kind, begin: true, loc, .. } => {
                 let args = ARGS.with(|a| std::mem::take(&mut *a.borrow_mut()));
@@ -130,7 +134,15 @@ impl Checker {
             Event::MapCreated { device, begin, size, tgt_begin, name, .. } => {
                 let names: Vec<usize> = with_ctx(|c| c.map(|c| c.args.iter().map(|a| a.0).collect())).unwrap_or_default();
                 let name = report::named_like(name, &names);
-                let e = Entry::new(device, begin, size, tgt_begin, name, current());
+                let mut e = Entry::new(device, begin, size, tgt_begin, name, current());
+                // Named by the construct itself (not by a mapper's expansion or a member).
+                e.explicit = with_ctx(|c| {
+                    c.is_some_and(|c| {
+                        c.args.iter().any(|&(n, ty, sz)| {
+                            sz as usize == size && ty & MEMBER_OF == 0 && (n == 0 || n == name || report::var(n).is_none())
+                        })
+                    })
+                });
                 self.entries.lock().insert((device, begin), e);
             }
             Event::Kernel { kernel, done: None, .. } => with_ctx(|c| {
@@ -138,6 +150,17 @@ impl Checker {
                     c.kernel = kernel.to_string();
                 }
             }),
+            Event::MapReleased { device, begin, size, change, .. }
+                if matches!(current(), Some((TargetKind::ExitData, _)))
+                    && matches!(change, RcChange::Unchanged | RcChange::UpdateSuppressed) =>
+            {
+                // An exit the runtime's reference counting did not count (a mapper's own
+                // first component, as in LLVM): the program did unmap it.
+                let mut entries = self.entries.lock();
+                if let Some(key) = Self::containing(&entries, device, begin, size) {
+                    entries.get_mut(&key).expect("key").explicit = false;
+                }
+            }
             Event::UnmappedPointer { var, addr, .. } => with_ctx(|c| {
                 if let Some(c) = c {
                     c.unmapped.push((var.to_string(), addr));
@@ -427,11 +450,11 @@ impl Checker {
                 .min_by_key(|(_, a)| f.addr - *a)
                 .or(unmapped.first().filter(|_| f.addr < (1 << 16)));
             match culprit {
-                Some((var, _)) => {
+                Some((var, _)) if !matches!(report::base_var(var), "" | "unknown") => {
                     let spelled = report::base_var(var);
-                    let map = args.iter().find(|(n, _)| report::var(*n).is_some_and(|v| report::base_var(v) == spelled));
+                    let map = args.iter().find(|(n, _, _)| report::var(*n).is_some_and(|v| report::base_var(v) == spelled));
                     let how = match map {
-                        Some(&(_, ty)) if ty & IMPLICIT != 0 => format!("implicit zero-length map at {at}"),
+                        Some(&(_, ty, _)) if ty & IMPLICIT != 0 => format!("implicit zero-length map at {at}"),
                         Some(_) => format!("mapped at {at}"),
                         None => format!("at {at}"),
                     };
@@ -447,14 +470,14 @@ impl Checker {
                         ),
                     );
                 }
-                None => report::finding(
+                _ => report::finding(
                     "unmapped access",
                     format_args!(
                         "kernel {kernel} at {at} {access} host memory at 0x{:x}, which is not mapped on device {}: a pointer \
                          the kernel follows points to host data; map that data (`map({fix_dir}: p[0:N])`){}",
                         f.addr,
                         dev.id,
-                        hint(true, &at)
+                        hint(culprit.is_none(), &at)
                     ),
                 ),
             }
@@ -521,7 +544,7 @@ impl Checker {
                 // runtime's doing (as LLVM's, with mappers), and so is a pointer that only
                 // held an attachment.
                 let attachment_only = e.ignore.iter().map(|r| r.1 - r.0).sum::<usize>() >= e.size;
-                if kind == TargetKind::Target || attachment_only {
+                if kind == TargetKind::Target || attachment_only || !e.explicit {
                     continue;
                 }
                 if !self.first_time(finding::LEAK, e.device, e.begin, made) {
