@@ -108,6 +108,8 @@ pub struct Args {
     pub link_lang: Option<Lang>,
     /// `--declare-target-report[=FILE]`, `--declare-target-check`, `--declare-target-filter`.
     pub declare_target: crate::declare_target::Options,
+    /// GPU toolkit paths in clang's spelling (`--cuda-path=`, `--libomptarget-*-bc-path=`), see [`crate::gpu`].
+    pub gpu_opts: Vec<String>,
 }
 
 /// Options whose value is the next argument.
@@ -155,6 +157,7 @@ fn take_value(argv: &[String], i: &mut usize, opt: &str) -> Result<String> {
 }
 
 fn group_index(targets: &mut Vec<TargetGroup>, triple: &str) -> Result<usize> {
+    let triple = crate::gpu::canonical_triple(triple);
     if triple.is_empty() {
         bail!("empty offload target triple");
     }
@@ -183,6 +186,7 @@ pub fn parse(prog: &str, argv: &[String]) -> Result<Args> {
         runtime_dir: None,
         link_lang: link_lang_from_prog(prog),
         declare_target: Default::default(),
+        gpu_opts: Vec::new(),
     };
     let mut group: Option<usize> = None;
     let mut x: Option<String> = None;
@@ -236,6 +240,15 @@ pub fn parse(prog: &str, argv: &[String]) -> Result<Args> {
                 a.openmp = true;
             }
             ("--host", None) => group = None,
+            // clang's `--offload-arch=gfx90a,sm_80`: the target follows from the architecture.
+            ("--offload-arch", Some(list)) => {
+                for arch in list.split(',').filter(|t| !t.is_empty()) {
+                    let g = group_index(&mut a.targets, crate::gpu::triple_for_arch(arch)?)?;
+                    a.targets[g].opts.push(vec![format!("-march={arch}")]);
+                }
+                a.openmp = true;
+            }
+            (k, Some(_)) if crate::gpu::GPU_PATH_OPTS.contains(&k) => a.gpu_opts.push(arg.clone()),
             ("-fopenmp", _) => a.openmp = true,
             ("-fopenmp-targets", Some(list)) => {
                 for t in list.split(',').filter(|t| !t.is_empty()) {

@@ -10,6 +10,7 @@ mod driver;
 mod embed;
 mod error;
 mod exec;
+mod gpu;
 mod inspect;
 mod link;
 mod lto;

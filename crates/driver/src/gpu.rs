@@ -1,0 +1,306 @@
+//! GPU offload targets (`amdgcn-amd-amdhsa`, `nvptx64-nvidia-cuda`), built as clang's own driver
+//! builds them: the device compile gets the include paths clang's offload toolchain uses (asked
+//! of clang once per language and target, `-###`), emits bitcode, and the device link is a
+//! full-LTO link of that bitcode with the GPU device runtime of the same LLVM version
+//! (`libomptarget-amdgpu-<arch>.bc`, `libomptarget-nvptx-<arch>.bc`), by `ld.lld` for AMDGPU and
+//! by `clang-nvlink-wrapper` (`ptxas`, `nvlink`: a CUDA toolkit) for NVPTX.
+//!
+//! Everything a GPU link needs is checked before anything is compiled ([`preflight`]), so a
+//! missing piece is one error and no half-written output.
+
+use crate::args::{Args, Lang, Mode};
+use crate::bail;
+use crate::error::{Error, Result};
+use crate::exec::Cmd;
+use crate::toolchain::{Tool, Toolchain};
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Mutex;
+
+/// True for the GPU targets (device code is a GPU code object, not a host shared library).
+pub fn is_gpu(triple: &str) -> bool {
+    triple.starts_with("amdgcn") || triple.starts_with("nvptx")
+}
+
+fn is_amdgpu(triple: &str) -> bool {
+    triple.starts_with("amdgcn")
+}
+
+/// The full triple for the short spellings LLVM's documentation uses (`amdgcn`, `nvptx64`).
+pub fn canonical_triple(t: &str) -> &str {
+    match t {
+        "amdgcn" | "amdgcn-amd" | "amdgcn-amdhsa" => "amdgcn-amd-amdhsa",
+        "nvptx64" | "nvptx64-nvidia" | "nvptx64-cuda" => "nvptx64-nvidia-cuda",
+        other => other,
+    }
+}
+
+/// The target of a GPU architecture name (`--offload-arch=gfx90a` → amdgcn, `sm_80` → nvptx64).
+pub fn triple_for_arch(arch: &str) -> Result<&'static str> {
+    if arch.starts_with("gfx") {
+        Ok("amdgcn-amd-amdhsa")
+    } else if arch.starts_with("sm_") {
+        Ok("nvptx64-nvidia-cuda")
+    } else {
+        bail!("unknown offload architecture '{arch}' (expected gfx… for AMD GPUs or sm_… for NVIDIA GPUs)")
+    }
+}
+
+/// Options only GPU builds use; they are taken out of the host options (clang's spellings).
+pub const GPU_PATH_OPTS: [&str; 3] = ["--cuda-path", "--libomptarget-amdgpu-bc-path", "--libomptarget-nvptx-bc-path"];
+
+/// The value of a GPU path option given on the command line, or of its environment variable.
+fn path_opt(args: &Args, name: &str, env: &str) -> Option<PathBuf> {
+    let from_args = args.gpu_opts.iter().rev().find_map(|o| o.strip_prefix(name)?.strip_prefix('=').map(PathBuf::from));
+    from_args.or_else(|| std::env::var_os(env).filter(|v| !v.is_empty()).map(PathBuf::from))
+}
+
+/// The architecture a GPU target was given, or an error saying how to give one.
+pub fn require_arch(triple: &str, arch: &str) -> Result<()> {
+    if arch.is_empty() {
+        let example = if is_amdgpu(triple) { "gfx90a" } else { "sm_80" };
+        bail!(
+            "offload target {triple} needs a GPU architecture: add -march={example} to its group (--target-offload={triple} -march={example}), or --offload-arch={example}"
+        );
+    }
+    Ok(())
+}
+
+/// The directory of the LLVM installation `clang` belongs to (`/usr/lib/llvm-19`).
+fn llvm_root(clang: &Path) -> Option<PathBuf> {
+    let real = std::fs::canonicalize(clang).ok()?;
+    Some(real.parent()?.parent()?.to_path_buf())
+}
+
+/// The GPU device runtime for `triple`/`arch` (LLVM `major`'s), or an error that says what is
+/// missing and how to point at one.
+pub fn devicertl(args: &Args, clang: &Tool, triple: &str, arch: &str) -> Result<PathBuf> {
+    let (opt, family) = if is_amdgpu(triple) {
+        ("--libomptarget-amdgpu-bc-path", "amdgpu")
+    } else {
+        ("--libomptarget-nvptx-bc-path", "nvptx")
+    };
+    let file = format!("libomptarget-{family}-{arch}.bc");
+    if let Some(p) = path_opt(args, opt, "OMPCC_GPU_DEVICERTL") {
+        let p = if p.is_dir() { p.join(&file) } else { p };
+        if p.is_file() {
+            return Ok(p);
+        }
+        bail!("GPU device runtime {} not found (given by {opt}= or OMPCC_GPU_DEVICERTL)", p.display());
+    }
+    let mut dirs: Vec<PathBuf> = Vec::new();
+    if let Some(root) = llvm_root(&clang.path) {
+        dirs.push(root.join("lib"));
+    }
+    dirs.push(PathBuf::from(format!("/usr/lib/llvm-{}/lib", clang.major)));
+    if clang.major == 19 {
+        // A source checkout: scripts/setup.sh extracts libomp-19-dev (it conflicts with
+        // libomp-22-dev) into .deps/, next to dist/.
+        if let Some(top) =
+            std::env::current_exe().ok().and_then(|e| Some(e.parent()?.parent()?.parent()?.to_path_buf()))
+        {
+            dirs.push(top.join(".deps/libomp-19-dev/usr/lib/llvm-19/lib"));
+        }
+    }
+    dirs.dedup();
+    if let Some(p) = dirs.iter().map(|d| d.join(&file)).find(|p| p.is_file()) {
+        return Ok(p);
+    }
+    let pkg = if clang.major == 19 { "libomp-19-dev ships it" } else { "Debian ships none for this LLVM version" };
+    bail!(
+        "no LLVM {} GPU device runtime for {triple} ({arch}): {file} is not in {} ({pkg}); point at one with {opt}=FILE|DIR or OMPCC_GPU_DEVICERTL=FILE|DIR{}",
+        clang.major,
+        dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", "),
+        if clang.major == 19 { "" } else { ", or build with --clang=clang-19 (libomp-19-dev has LLVM 19's)" }
+    )
+}
+
+/// The CUDA toolkit an NVPTX device link needs (`ptxas`, `nvlink`).
+pub fn cuda_path(args: &Args) -> Result<PathBuf> {
+    let given = path_opt(args, "--cuda-path", "OMPCC_CUDA_PATH");
+    let has = |d: &Path| d.join("bin/ptxas").is_file() && d.join("bin/nvlink").is_file();
+    if let Some(d) = given {
+        if has(&d) {
+            return Ok(d);
+        }
+        bail!(
+            "no CUDA toolkit at {} (given by --cuda-path= or OMPCC_CUDA_PATH): bin/ptxas and bin/nvlink are needed to link for nvptx64-nvidia-cuda",
+            d.display()
+        );
+    }
+    let mut dirs = vec![PathBuf::from("/usr/local/cuda"), PathBuf::from("/usr/lib/cuda")];
+    if let Some(d) = crate::toolchain::which("ptxas").and_then(|p| Some(p.parent()?.parent()?.to_path_buf())) {
+        dirs.insert(0, d);
+    }
+    if let Some(d) = dirs.iter().find(|d| has(d)) {
+        return Ok(d.clone());
+    }
+    bail!(
+        "offload target nvptx64-nvidia-cuda needs a CUDA toolkit (ptxas and nvlink) to link, and none was found (not on PATH, not in /usr/local/cuda or /usr/lib/cuda); point at one with --cuda-path=DIR or OMPCC_CUDA_PATH=DIR"
+    )
+}
+
+/// `ld.lld` for an AMDGPU link with `clang`: next to it, or on PATH.
+fn check_lld(clang: &Tool) -> Result<()> {
+    let next = llvm_root(&clang.path).map(|r| r.join("bin/ld.lld"));
+    if next.is_some_and(|p| p.is_file()) || crate::toolchain::which("ld.lld").is_some() {
+        return Ok(());
+    }
+    bail!(
+        "linking for amdgcn-amd-amdhsa needs ld.lld, which clang {} does not have: install lld-{} (apt-get install lld-{})",
+        clang.major,
+        clang.major,
+        clang.major
+    )
+}
+
+/// Checks, before anything is compiled, that every GPU target of a build has an architecture
+/// and (when the build links) its device runtime, linker and toolkit.
+pub fn preflight(args: &Args, tc: &Toolchain, arch_of: impl Fn(&str) -> String) -> Result<()> {
+    for t in args.targets.iter().filter(|t| is_gpu(&t.triple)) {
+        let arch = arch_of(&t.triple);
+        require_arch(&t.triple, &arch)?;
+        if args.mode == Mode::Link && !args.dry_run {
+            check_link(args, &tc.clang, &t.triple, &arch)?;
+        }
+    }
+    Ok(())
+}
+
+/// What a device link for a GPU target needs, present or one error.
+pub fn check_link(args: &Args, clang: &Tool, triple: &str, arch: &str) -> Result<()> {
+    require_arch(triple, arch)?;
+    devicertl(args, clang, triple, arch)?;
+    if is_amdgpu(triple) {
+        check_lld(clang)
+    } else {
+        cuda_path(args).map(|_| ())
+    }
+}
+
+type IncludeKey = (PathBuf, bool, String, String);
+static INCLUDES: Mutex<Option<HashMap<IncludeKey, Vec<String>>>> = Mutex::new(None);
+
+/// The include options of clang's offload device compile for `triple`/`arch` (the OpenMP
+/// wrapper headers, clang's own headers, the host's system headers, in clang's order), as
+/// options for `clang --target=<triple>`: `-nostdinc` and `-Xclang` pairs. Asked of clang
+/// (`--offload-device-only -###`) once per compiler, language and target.
+pub fn device_includes(clang: &Tool, lang: Lang, triple: &str, arch: &str) -> Result<Vec<String>> {
+    let cxx = lang == Lang::Cxx;
+    let key: IncludeKey = (clang.path.clone(), cxx, triple.to_string(), arch.to_string());
+    if let Some(v) = INCLUDES.lock().ok().and_then(|m| m.as_ref().and_then(|m| m.get(&key).cloned())) {
+        return Ok(v);
+    }
+    let out = Command::new(&clang.path)
+        .args(["-fopenmp", &format!("--offload-arch={arch}"), "--offload-device-only", "-nogpulib", "-###"])
+        .args(["-x", if cxx { "c++" } else { "c" }, "-c", "/dev/null", "-o", "/dev/null"])
+        .output()
+        .map_err(|e| Error::new(format!("cannot run {}: {e}", clang.path.display())))?;
+    let text = String::from_utf8_lossy(&out.stderr);
+    let want = format!("\"-triple\" \"{triple}\"");
+    let Some(line) = text.lines().find(|l| l.contains("\"-cc1\"") && l.contains(&want)) else {
+        bail!(
+            "{} does not say how it compiles for {triple} ({arch}): {}",
+            clang.path.display(),
+            text.lines().find(|l| l.contains("error")).unwrap_or("no device compile in its -### output")
+        );
+    };
+    let words = split_quoted(line);
+    let mut v = vec!["-nostdinc".to_string()];
+    let mut i = 0;
+    while i + 1 < words.len() {
+        if matches!(words[i].as_str(), "-internal-isystem" | "-internal-externc-isystem" | "-include") {
+            v.extend(["-Xclang".to_string(), words[i].clone(), "-Xclang".to_string(), words[i + 1].clone()]);
+            i += 2;
+        } else {
+            i += 1;
+        }
+    }
+    if let Ok(mut m) = INCLUDES.lock() {
+        m.get_or_insert_with(HashMap::new).insert(key, v.clone());
+    }
+    Ok(v)
+}
+
+/// The words of one line of clang's `-###` output (each in double quotes, `\` escapes).
+fn split_quoted(line: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut cur: Option<String> = None;
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        match (c, cur.as_mut()) {
+            ('"', None) => cur = Some(String::new()),
+            ('"', Some(_)) => words.extend(cur.take()),
+            ('\\', Some(w)) => w.extend(chars.next()),
+            (c, Some(w)) => w.push(c),
+            _ => {}
+        }
+    }
+    words
+}
+
+/// The device link of a GPU target: full LTO of the device bitcode with the device runtime
+/// (taken like an archive member: only what the device code needs), into one code object.
+pub fn link_command(args: &Args, clang: &Tool, triple: &str, arch: &str, objs: &[String], out: &Path) -> Result<Cmd> {
+    check_link(args, clang, triple, arch)?;
+    let rtl = devicertl(args, clang, triple, arch)?;
+    let mut c = Cmd::new(clang.path.to_string_lossy(), format!("device link for offload target {triple}"));
+    c.note = Some(format!("link: pipeline for offload target {triple}"));
+    c.arg(format!("--target={triple}")).arg(format!("-march={arch}"));
+    let opt = args.host_opts().filter(|o| o[0].starts_with("-O")).last().map_or("-O2".to_string(), |o| o[0].clone());
+    c.arg(opt);
+    if args.host_opts().any(|o| o[0].starts_with("-g") && o[0] != "-g0") {
+        c.arg("-g");
+    }
+    c.args(["-flto", "-nogpulib"]);
+    if args.verbose {
+        c.arg("-v");
+    }
+    c.args(objs.iter().cloned());
+    if is_amdgpu(triple) {
+        c.arg("-Wl,--no-undefined");
+        c.arg("-Wl,--start-lib").arg(rtl.to_string_lossy()).arg("-Wl,--end-lib");
+    } else {
+        c.arg(format!("--cuda-path={}", cuda_path(args)?.display()));
+        c.arg(rtl.to_string_lossy());
+    }
+    if let Some(g) = args.targets.iter().find(|t| t.triple == triple) {
+        for o in &g.opts {
+            if o[0].starts_with("-Wl,") || o[0] == "-Xlinker" {
+                c.args(o.iter().cloned());
+            }
+        }
+    }
+    c.arg("-o").arg(out.to_string_lossy());
+    Ok(c)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_triples_and_arches() {
+        assert_eq!(canonical_triple("amdgcn"), "amdgcn-amd-amdhsa");
+        assert_eq!(canonical_triple("nvptx64"), "nvptx64-nvidia-cuda");
+        assert_eq!(canonical_triple("x86_64-pc-linux-gnu"), "x86_64-pc-linux-gnu");
+        assert_eq!(triple_for_arch("gfx90a").unwrap(), "amdgcn-amd-amdhsa");
+        assert_eq!(triple_for_arch("sm_80").unwrap(), "nvptx64-nvidia-cuda");
+        assert!(triple_for_arch("znver4").unwrap_err().0.contains("gfx"));
+        assert!(is_gpu("amdgcn-amd-amdhsa") && is_gpu("nvptx64-nvidia-cuda") && !is_gpu("x86_64-pc-linux-gnu"));
+    }
+
+    #[test]
+    fn quoted_words() {
+        let w = split_quoted(r#" "/usr/bin/clang" "-cc1" "-internal-isystem" "/a b/\"c\"" "-include" "x.h""#);
+        assert_eq!(w, ["/usr/bin/clang", "-cc1", "-internal-isystem", "/a b/\"c\"", "-include", "x.h"]);
+    }
+
+    #[test]
+    fn missing_arch_says_how() {
+        let e = require_arch("amdgcn-amd-amdhsa", "").unwrap_err();
+        assert!(e.0.contains("-march=gfx90a") && e.0.contains("--offload-arch"), "{e}");
+        assert!(require_arch("nvptx64-nvidia-cuda", "sm_80").is_ok());
+    }
+}
