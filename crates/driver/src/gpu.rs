@@ -48,12 +48,40 @@ pub fn triple_for_arch(arch: &str) -> Result<&'static str> {
 }
 
 /// Options only GPU builds use; they are taken out of the host options (clang's spellings).
-pub const GPU_PATH_OPTS: [&str; 3] = ["--cuda-path", "--libomptarget-amdgpu-bc-path", "--libomptarget-nvptx-bc-path"];
+pub const GPU_PATH_OPTS: [&str; 5] = [
+    "--cuda-path",
+    "--libomptarget-amdgpu-bc-path",
+    "--libomptarget-nvptx-bc-path",
+    "--rocm-path",
+    "--rocm-device-lib-path",
+];
+
+/// The ROCm device libraries (`ocml.bc`, `ockl.bc`, …) when the user asks for them
+/// (`--rocm-path=DIR`, `--rocm-device-lib-path=DIR`): the option for clang's AMDGPU device
+/// compile, which then links them in instead of `-nogpulib`. `None` when not asked for; an
+/// error naming the directory when they are not there.
+pub fn rocm_device_libs(args: &Args) -> Result<Option<String>> {
+    for (opt, sub) in [("--rocm-device-lib-path", ""), ("--rocm-path", "amdgcn/bitcode")] {
+        if let Some(dir) = path_opt(args, opt, "") {
+            let libs = if sub.is_empty() { dir.clone() } else { dir.join(sub) };
+            if !libs.join("ocml.bc").is_file() {
+                bail!(
+                    "no ROCm device library in {} (ocml.bc not found there; given by {opt}=): install ROCm's device libraries (rocm-device-libs) or fix {opt}=",
+                    libs.display()
+                );
+            }
+            return Ok(Some(format!("{opt}={}", dir.display())));
+        }
+    }
+    Ok(None)
+}
 
 /// The value of a GPU path option given on the command line, or of its environment variable.
 fn path_opt(args: &Args, name: &str, env: &str) -> Option<PathBuf> {
     let from_args = args.gpu_opts.iter().rev().find_map(|o| o.strip_prefix(name)?.strip_prefix('=').map(PathBuf::from));
-    from_args.or_else(|| std::env::var_os(env).filter(|v| !v.is_empty()).map(PathBuf::from))
+    from_args.or_else(|| {
+        (!env.is_empty()).then(|| std::env::var_os(env)).flatten().filter(|v| !v.is_empty()).map(PathBuf::from)
+    })
 }
 
 /// The architecture a GPU target was given, or an error saying how to give one.
@@ -161,6 +189,9 @@ pub fn preflight(args: &Args, tc: &Toolchain, arch_of: impl Fn(&str) -> String) 
     for t in args.targets.iter().filter(|t| is_gpu(&t.triple)) {
         let arch = arch_of(&t.triple);
         require_arch(&t.triple, &arch)?;
+        if is_amdgpu(&t.triple) {
+            rocm_device_libs(args)?;
+        }
         if args.mode == Mode::Link && !args.dry_run {
             check_link(args, &tc.clang, &t.triple, &arch)?;
         }

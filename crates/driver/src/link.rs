@@ -308,7 +308,9 @@ pub fn link(ctx: &Ctx, compiled: &[Option<Compiled>], out: &str) -> Result<()> {
         dev_links.push(c);
         libs.push((triple.clone(), arch, lib));
     }
-    run_all(ctx.runner, dev_links.iter())?;
+    if let Err(e) = run_all(ctx.runner, dev_links.iter()) {
+        return Err(crate::link_explain::explain(ctx, compiled, &datas, e));
+    }
 
     // Pack each library and write the registration code.
     let mut embedded = Vec::new();

@@ -13,6 +13,7 @@ mod exec;
 mod gpu;
 mod inspect;
 mod link;
+mod link_explain;
 mod lto;
 mod pipeline;
 mod runtime;

@@ -221,7 +221,8 @@ impl Ctx<'_> {
             let mut c = Cmd::new(prog.clone(), format!("{name}: compile for offload target {triple}"));
             c.arg(format!("--target={triple}")).arg("-fopenmp");
             let x = if fortran { "-Xflang" } else { "-Xclang" };
-            if is_cpu_target(triple) {
+            if is_cpu_target(triple) || gpu {
+                // GPU code objects are position-independent too, as in clang's offload compile.
                 c.arg("-fPIC");
             }
             if !fortran {
@@ -233,7 +234,11 @@ impl Ctx<'_> {
             if gpu {
                 // As clang's offload driver: its include paths, no ROCm/CUDA bitcode libraries
                 // (the device link brings the device runtime), bitcode for the LTO device link.
-                c.arg("-nogpulib");
+                match crate::gpu::rocm_device_libs(self.args)? {
+                    Some(rocm) if triple.starts_with("amdgcn") => c.arg(rocm),
+                    _ if !fortran => c.arg("-nogpulib"),
+                    _ => &mut c,
+                };
                 match includes.get(ti) {
                     Some(Ok(inc)) => c.args(inc.iter().cloned()),
                     Some(Err(e)) => return Err(e.clone()),
