@@ -110,8 +110,17 @@ pub fn devicertl(args: &Args, clang: &Tool, triple: &str, arch: &str) -> Result<
         ("--libomptarget-nvptx-bc-path", "nvptx")
     };
     let file = format!("libomptarget-{family}-{arch}.bc");
+    // LLVM 20 and later install one archive of bitcode per target instead.
+    let per_triple = Path::new(triple).join("libompdevice.a");
     if let Some(p) = path_opt(args, opt, "OMPCC_GPU_DEVICERTL") {
-        let p = if p.is_dir() { p.join(&file) } else { p };
+        let p = if p.is_dir() {
+            [p.join(&file), p.join(&per_triple), p.join("libompdevice.a")]
+                .into_iter()
+                .find(|f| f.is_file())
+                .unwrap_or_else(|| p.join(&file))
+        } else {
+            p
+        };
         if p.is_file() {
             return Ok(p);
         }
@@ -135,10 +144,16 @@ pub fn devicertl(args: &Args, clang: &Tool, triple: &str, arch: &str) -> Result<
     if let Some(p) = dirs.iter().map(|d| d.join(&file)).find(|p| p.is_file()) {
         return Ok(p);
     }
+    if clang.major >= 20 {
+        if let Some(p) = dirs.iter().map(|d| d.join(&per_triple)).find(|p| p.is_file()) {
+            return Ok(p);
+        }
+    }
     let pkg = if clang.major == 19 { "libomp-19-dev ships it" } else { "Debian ships none for this LLVM version" };
     bail!(
-        "no LLVM {} GPU device runtime for {triple} ({arch}): {file} is not in {} ({pkg}); point at one with {opt}=FILE|DIR or OMPCC_GPU_DEVICERTL=FILE|DIR{}",
+        "no LLVM {} GPU device runtime for {triple} ({arch}): {file}{} is not in {} ({pkg}); point at one with {opt}=FILE|DIR or OMPCC_GPU_DEVICERTL=FILE|DIR{}",
         clang.major,
+        if clang.major >= 20 { format!(" (or {})", per_triple.display()) } else { String::new() },
         dirs.iter().map(|d| d.display().to_string()).collect::<Vec<_>>().join(", "),
         if clang.major == 19 { "" } else { ", or build with --clang=clang-19 (libomp-19-dev has LLVM 19's)" }
     )
@@ -274,8 +289,23 @@ fn split_quoted(line: &str) -> Vec<String> {
 /// The device link of a GPU target: full LTO of the device bitcode with the device runtime
 /// (taken like an archive member: only what the device code needs), into one code object.
 pub fn link_command(args: &Args, clang: &Tool, triple: &str, arch: &str, objs: &[String], out: &Path) -> Result<Cmd> {
-    check_link(args, clang, triple, arch)?;
-    let rtl = devicertl(args, clang, triple, arch)?;
+    // `-###` shows the plan even where a piece is missing (named in the command and a note).
+    let missing = |e: Error, what: &str| -> Result<PathBuf> {
+        if !args.dry_run {
+            return Err(e);
+        }
+        eprintln!("# ompcc: a real build would stop here: {e}");
+        Ok(PathBuf::from(format!("<{what} not found>")))
+    };
+    if let Err(e) = require_arch(triple, arch) {
+        missing(e, "arch")?;
+    }
+    let rtl = devicertl(args, clang, triple, arch).or_else(|e| missing(e, "GPU device runtime"))?;
+    if is_amdgpu(triple) {
+        if let Err(e) = check_lld(clang) {
+            missing(e, "ld.lld")?;
+        }
+    }
     let mut c = Cmd::new(clang.path.to_string_lossy(), format!("device link for offload target {triple}"));
     c.note = Some(format!("link: pipeline for offload target {triple}"));
     c.arg(format!("--target={triple}")).arg(format!("-march={arch}"));
@@ -293,7 +323,7 @@ pub fn link_command(args: &Args, clang: &Tool, triple: &str, arch: &str, objs: &
         c.arg("-Wl,--no-undefined");
         c.arg("-Wl,--start-lib").arg(rtl.to_string_lossy()).arg("-Wl,--end-lib");
     } else {
-        c.arg(format!("--cuda-path={}", cuda_path(args)?.display()));
+        c.arg(format!("--cuda-path={}", cuda_path(args).or_else(|e| missing(e, "CUDA toolkit"))?.display()));
         c.arg(rtl.to_string_lossy());
     }
     if let Some(g) = args.targets.iter().find(|t| t.triple == triple) {
@@ -320,6 +350,26 @@ mod tests {
         assert_eq!(triple_for_arch("sm_80").unwrap(), "nvptx64-nvidia-cuda");
         assert!(triple_for_arch("znver4").unwrap_err().0.contains("gfx"));
         assert!(is_gpu("amdgcn-amd-amdhsa") && is_gpu("nvptx64-nvidia-cuda") && !is_gpu("x86_64-pc-linux-gnu"));
+    }
+
+    #[test]
+    fn clang_spellings_make_gpu_groups() {
+        let p = |s: &str| {
+            let v: Vec<String> = s.split_whitespace().map(String::from).collect();
+            crate::args::parse("ompcc", &v).unwrap()
+        };
+        let a = p("-fopenmp --offload-arch=gfx90a,sm_80 --cuda-path=/c a.c");
+        assert_eq!(a.targets.len(), 2);
+        assert_eq!(a.targets[0].triple, "amdgcn-amd-amdhsa");
+        assert_eq!(a.targets[0].opts, vec![vec!["-march=gfx90a".to_string()]]);
+        assert_eq!(a.targets[1].triple, "nvptx64-nvidia-cuda");
+        assert_eq!(a.gpu_opts, ["--cuda-path=/c"]);
+        assert_eq!(a.host_opts().count(), 0);
+        let a = p("-fopenmp-targets=x86_64-pc-linux-gnu,amdgcn -Xopenmp-target=amdgcn-amd-amdhsa -march=gfx90a a.c");
+        assert_eq!(a.targets[1].triple, "amdgcn-amd-amdhsa");
+        assert_eq!(a.targets[1].opts, vec![vec!["-march=gfx90a".to_string()]]);
+        let a = p("--target-offload=nvptx64 -march=sm_80 --target-offload=nvptx64-nvidia-cuda -O3 a.c");
+        assert_eq!(a.targets.len(), 1);
     }
 
     #[test]

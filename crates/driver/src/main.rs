@@ -30,7 +30,10 @@ usage: ompcc -fopenmp [host options] [--target-offload=<triple> [options for tha
 
 Targets: --target-offload=T opens a group of options for T only, closed by the next
 --target-offload= or by --host. Input files always belong to the whole build.
-Also accepted: -fopenmp-targets=T1,T2 with -Xopenmp-target[=T] <arg>.
+Also accepted: -fopenmp-targets=T1,T2 with -Xopenmp-target[=T] <arg>, --offload-arch=gfx90a,sm_80.
+GPU targets (amdgcn-amd-amdhsa, nvptx64-nvidia-cuda) need -march=; their device runtime and
+toolkit: --libomptarget-amdgpu-bc-path= --libomptarget-nvptx-bc-path= (OMPCC_GPU_DEVICERTL),
+--cuda-path= (OMPCC_CUDA_PATH), --rocm-path= --rocm-device-lib-path=.
 Driver options: -E -S -c -o -v -### --save-temps --clang=PATH --flang=PATH --runtime-dir=DIR
 --driver-mode=gcc|g++|flang.
 Declare target analysis: --declare-target-report[=FILE] --declare-target-check --declare-target-filter
