@@ -314,7 +314,7 @@ pub fn link_command(args: &Args, clang: &Tool, triple: &str, arch: &str, objs: &
     if args.host_opts().any(|o| o[0].starts_with("-g") && o[0] != "-g0") {
         c.arg("-g");
     }
-    c.args(["-flto", "-nogpulib"]);
+    c.arg("-flto");
     if args.verbose {
         c.arg("-v");
     }

@@ -52,12 +52,21 @@ fn tool(name: &str, args: &[&str]) -> String {
     text(&o).0
 }
 
-/// clang 19's own driver building `source` for gfx90a, as the issue gives it.
+/// clang 19's (flang 19's) own driver building `source` for gfx90a, as the issue gives it.
 fn clang19_gfx90a(dir: &Path, source: &str, out: &str) {
-    let cc = if source.ends_with(".cpp") { "clang++-19" } else { "clang-19" };
+    let cc = if source.ends_with(".cpp") {
+        "clang++-19"
+    } else if source.ends_with(".f90") {
+        "flang-new-19"
+    } else {
+        "clang-19"
+    };
     let rtl = llvm19_lib().join("libomptarget.devicertl.a");
     let mut cmd = Command::new(cc);
-    cmd.current_dir(dir).args(["-fopenmp", "--offload-arch=gfx90a", "-nogpulib"]);
+    cmd.current_dir(dir).args(["-fopenmp", "--offload-arch=gfx90a"]);
+    if cc != "flang-new-19" {
+        cmd.arg("-nogpulib");
+    }
     cmd.args(Llvm::V19.link_flags()).arg(source).arg(&rtl).args(["-o", out]);
     must(cmd.output().unwrap(), &format!("{cc} --offload-arch=gfx90a"));
 }
@@ -160,6 +169,13 @@ fn amdgcn_cxx_image_matches_clang19s() {
         &[&["--target-offload=amdgcn-amd-amdhsa", "-march=gfx90a"]],
         &["g_scaler"],
     );
+}
+
+/// flang 19 compiles for amdgcn too (though flang 19 itself lacks some GPU constructs, e.g.
+/// `distribute parallel do`): the same image as flang's own driver.
+#[test]
+fn amdgcn_fortran_image_matches_flang19s() {
+    same_amdgcn_image_as_clang("f90", "gpu_kernels.f90", &[&["--offload-arch=gfx90a"]], &["_QMgpu_dataEweights"]);
 }
 
 #[test]
