@@ -371,3 +371,26 @@ fn a_missing_rocm_device_library_is_one_clear_error() {
         }
     }
 }
+
+#[test]
+fn amdgcn_objects_link_both_ways_with_clang19() {
+    let dir = scratch("gpu-objects");
+    let s = src("gpu_kernels.c");
+    let rtl = llvm19_lib().join("libomptarget.devicertl.a");
+    // ompcc -c, linked by clang's driver.
+    must(ompcc_in(&dir, Llvm::V19, &["-fopenmp", "--offload-arch=gfx90a", "-c", &s, "-o", "ours.o"]), "ompcc -c");
+    let mut cmd = Command::new("clang-19");
+    cmd.current_dir(&dir).args(["-fopenmp", "--offload-arch=gfx90a", "-nogpulib"]).args(Llvm::V19.link_flags());
+    must(cmd.arg("ours.o").arg(&rtl).args(["-o", "by_clang"]).output().unwrap(), "clang-19 links ompcc's object");
+    // clang -c, linked by ompcc.
+    let mut cmd = Command::new("clang-19");
+    cmd.current_dir(&dir).args(["-fopenmp", "--offload-arch=gfx90a", "-nogpulib"]).args(Llvm::V19.link_flags());
+    must(cmd.args(["-c", &s, "-o", "theirs.o"]).output().unwrap(), "clang-19 -c");
+    must(ompcc_in(&dir, Llvm::V19, &["-fopenmp", "theirs.o", "-o", "by_ompcc"]), "ompcc links clang's object");
+    let want = ["kind elf", "arch gfx90a", "triple amdgcn-amd-amdhsa", "producer openmp"];
+    for exe in ["by_clang", "by_ompcc"] {
+        assert_eq!(offloading(&dir.join(exe)), want, "{exe}");
+        let o = run_with(&dir.join(exe), &repo_root().join("dist/lib"), &[]);
+        assert!(o.status.success() && text(&o).0.contains("sum=195840"), "{exe}: {}", text(&o).1);
+    }
+}
