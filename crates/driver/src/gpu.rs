@@ -16,7 +16,7 @@ use crate::toolchain::{Tool, Toolchain};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, OnceLock};
 
 /// True for the GPU targets (device code is a GPU code object, not a host shared library).
 pub fn is_gpu(triple: &str) -> bool {
@@ -226,18 +226,25 @@ pub fn check_link(args: &Args, clang: &Tool, triple: &str, arch: &str) -> Result
 }
 
 type IncludeKey = (PathBuf, bool, String, String);
-static INCLUDES: Mutex<Option<HashMap<IncludeKey, Vec<String>>>> = Mutex::new(None);
+type IncludeCell = Arc<OnceLock<Result<Vec<String>>>>;
+static INCLUDES: Mutex<Option<HashMap<IncludeKey, IncludeCell>>> = Mutex::new(None);
 
 /// The include options of clang's offload device compile for `triple`/`arch` (the OpenMP
 /// wrapper headers, clang's own headers, the host's system headers, in clang's order), as
 /// options for `clang --target=<triple>`: `-nostdinc` and `-Xclang` pairs. Asked of clang
-/// (`--offload-device-only -###`) once per compiler, language and target.
+/// (`--offload-device-only -###`) once per compiler, language and target; sources compiled in
+/// parallel wait for the one answer.
 pub fn device_includes(clang: &Tool, lang: Lang, triple: &str, arch: &str) -> Result<Vec<String>> {
     let cxx = lang == Lang::Cxx;
     let key: IncludeKey = (clang.path.clone(), cxx, triple.to_string(), arch.to_string());
-    if let Some(v) = INCLUDES.lock().ok().and_then(|m| m.as_ref().and_then(|m| m.get(&key).cloned())) {
-        return Ok(v);
-    }
+    let cell = {
+        let mut m = INCLUDES.lock().map_err(|_| Error::new("internal error: a job panicked"))?;
+        m.get_or_insert_with(HashMap::new).entry(key).or_default().clone()
+    };
+    cell.get_or_init(|| ask_includes(clang, cxx, triple, arch)).clone()
+}
+
+fn ask_includes(clang: &Tool, cxx: bool, triple: &str, arch: &str) -> Result<Vec<String>> {
     let out = Command::new(&clang.path)
         .args(["-fopenmp", &format!("--offload-arch={arch}"), "--offload-device-only", "-nogpulib", "-###"])
         .args(["-x", if cxx { "c++" } else { "c" }, "-c", "/dev/null", "-o", "/dev/null"])
@@ -262,9 +269,6 @@ pub fn device_includes(clang: &Tool, lang: Lang, triple: &str, arch: &str) -> Re
         } else {
             i += 1;
         }
-    }
-    if let Ok(mut m) = INCLUDES.lock() {
-        m.get_or_insert_with(HashMap::new).insert(key, v.clone());
     }
     Ok(v)
 }
