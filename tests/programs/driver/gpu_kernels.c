@@ -1,5 +1,5 @@
 // GPU fat-binary test: two kernels, a declare-target function and two declare-target globals
-// (one `to`, one `link`-free `enter`), built for amdgcn and compared with clang's own driver.
+// (a scalar and an array), built for amdgcn and compared with clang's own driver.
 #include <omp.h>
 #include <stdio.h>
 
