@@ -133,6 +133,8 @@ pub struct Args {
     pub host_only: Vec<usize>,
     /// Warnings about the command line, printed before the build.
     pub warnings: Vec<String>,
+    /// GPU toolkit paths in clang's spelling (`--cuda-path=`, `--libomptarget-*-bc-path=`), see [`crate::gpu`].
+    pub gpu_opts: Vec<String>,
 }
 
 /// Options whose value is the next argument.
@@ -180,6 +182,7 @@ fn take_value(argv: &[String], i: &mut usize, opt: &str) -> Result<String> {
 }
 
 fn group_index(targets: &mut Vec<TargetGroup>, triple: &str) -> Result<usize> {
+    let triple = crate::gpu::canonical_triple(triple);
     if triple.is_empty() {
         bail!("empty offload target triple");
     }
@@ -212,6 +215,7 @@ pub fn parse(prog: &str, argv: &[String]) -> Result<Args> {
         declare_target: Default::default(),
         host_only: Vec::new(),
         warnings: Vec::new(),
+        gpu_opts: Vec::new(),
     };
     let mut group: Option<usize> = None;
     let mut after_host = false;
@@ -285,6 +289,15 @@ pub fn parse(prog: &str, argv: &[String]) -> Result<Args> {
                 e = true;
                 a.items.push(Item::Opt(vec![arg.clone()]));
             }
+            // clang's `--offload-arch=gfx90a,sm_80`: the target follows from the architecture.
+            ("--offload-arch", Some(list)) => {
+                for arch in list.split(',').filter(|t| !t.is_empty()) {
+                    let g = group_index(&mut a.targets, crate::gpu::triple_for_arch(arch)?)?;
+                    a.targets[g].opts.push(vec![format!("-march={arch}")]);
+                }
+                a.openmp = true;
+            }
+            (k, Some(_)) if crate::gpu::GPU_PATH_OPTS.contains(&k) => a.gpu_opts.push(arg.clone()),
             ("-fopenmp", _) => a.openmp = true,
             ("-fopenmp-targets", Some(list)) => {
                 for t in list.split(',').filter(|t| !t.is_empty()) {

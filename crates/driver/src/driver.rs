@@ -25,6 +25,7 @@ pub fn build(args: &Args) -> Result<()> {
     let temps = Temps::new(args.save_temps, args.dry_run)?;
     let runner = Runner { dry_run: args.dry_run, verbose: args.verbose };
     let ctx = Ctx { args, tc: &tc, temps: &temps, runner };
+    crate::gpu::preflight(args, &tc, |t| ctx.arch(t))?;
     let sources: Vec<usize> = (0..args.inputs.len()).filter(|&i| args.inputs[i].lang.is_some()).collect();
 
     let emit = match args.mode {

@@ -231,6 +231,12 @@ pub fn link(ctx: &Ctx, compiled: &[Option<Compiled>], out: &str) -> Result<()> {
         let objs: Vec<&DeviceObj> = devices.iter().filter(|d| &d.triple == triple).collect();
         let arch = objs.iter().map(|d| d.arch.clone()).find(|a| !a.is_empty()).unwrap_or_default();
         let lib = ctx.temps.path(&crate::temps::stem(out), &format!("{triple}.so"));
+        if crate::gpu::is_gpu(triple) {
+            let inputs: Vec<String> = objs.iter().map(|d| d.path.to_string_lossy().into_owned()).collect();
+            dev_links.push(crate::gpu::link_command(args, &ctx.tc.clang, triple, &arch, &inputs, &lib)?);
+            libs.push((triple.clone(), arch, lib));
+            continue;
+        }
         let mut c = Cmd::new(prog.clone(), format!("device link for offload target {triple}"));
         c.note = Some(format!("link: pipeline for offload target {triple}"));
         c.args(mode_flag);
@@ -312,7 +318,9 @@ pub fn link(ctx: &Ctx, compiled: &[Option<Compiled>], out: &str) -> Result<()> {
         dev_links.push(c);
         libs.push((triple.clone(), arch, lib));
     }
-    run_all(ctx.runner, dev_links.iter())?;
+    if let Err(e) = run_all(ctx.runner, dev_links.iter()) {
+        return Err(crate::link_explain::explain(ctx, compiled, &datas, e));
+    }
 
     // Pack each library and write the registration code.
     let mut embedded = Vec::new();

@@ -11,8 +11,10 @@ mod driver;
 mod embed;
 mod error;
 mod exec;
+mod gpu;
 mod inspect;
 mod link;
+mod link_explain;
 mod lto;
 mod modules;
 mod passthrough;
@@ -32,7 +34,10 @@ usage: ompcc -fopenmp [host options] [--target-offload=<triple> [options for tha
 
 Targets: --target-offload=T opens a group of options for T only, closed by the next
 --target-offload= or by --host. Input files always belong to the whole build.
-Also accepted: -fopenmp-targets=T1,T2 with -Xopenmp-target[=T] <arg>.
+Also accepted: -fopenmp-targets=T1,T2 with -Xopenmp-target[=T] <arg>, --offload-arch=gfx90a,sm_80.
+GPU targets (amdgcn-amd-amdhsa, nvptx64-nvidia-cuda) need -march=; their device runtime and
+toolkit: --libomptarget-amdgpu-bc-path= --libomptarget-nvptx-bc-path= (OMPCC_GPU_DEVICERTL),
+--cuda-path= (OMPCC_CUDA_PATH), --rocm-path= --rocm-device-lib-path=.
 Driver options: -E -S -c -fsyntax-only -o -v -### --save-temps --clang=PATH --flang=PATH
 --runtime-dir=DIR --driver-mode=gcc|g++|flang. Dependency files as clang: -M -MM -MD -MMD -MF -MT -MQ -MP.
 Inputs: C, C++ and Fortran sources (Fortran modules are compiled before their users); .s .S .ll .bc

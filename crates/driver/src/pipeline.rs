@@ -175,7 +175,27 @@ impl Ctx<'_> {
         }
         src(&mut fe);
         fe.arg("-o").arg(bc.to_string_lossy());
-        self.runner.run(&fe)?;
+        // GPU device compiles need clang's offload include paths: asked of clang while the
+        // host front end runs.
+        let gpu_includes = |t: &crate::args::TargetGroup| -> Result<Vec<String>> {
+            if fortran || !crate::gpu::is_gpu(&t.triple) {
+                return Ok(Vec::new());
+            }
+            let arch = self.arch(&t.triple);
+            crate::gpu::require_arch(&t.triple, &arch)?;
+            crate::gpu::device_includes(tool, lang, &t.triple, &arch)
+        };
+        let includes: Vec<Result<Vec<String>>> = if self.args.targets.iter().any(|t| crate::gpu::is_gpu(&t.triple)) {
+            std::thread::scope(|s| {
+                let h = s.spawn(|| self.args.targets.iter().map(gpu_includes).collect::<Vec<_>>());
+                let fe_result = self.runner.run(&fe);
+                let inc = h.join().unwrap_or_else(|_| vec![Err(Error::new("internal error: a job panicked"))]);
+                fe_result.map(|()| inc)
+            })?
+        } else {
+            self.runner.run(&fe)?;
+            Vec::new()
+        };
 
         // The declare-target analysis (only when asked): its own front-end run, after the host
         // front end has reported any errors in the source.
@@ -200,13 +220,15 @@ impl Ctx<'_> {
         // side by side; for -c/-S the back end embeds the device objects and waits for them.
         let mut devices = Vec::new();
         let mut dev_cmds = Vec::new();
-        for t in &self.args.targets {
+        for (ti, t) in self.args.targets.iter().enumerate() {
             let triple = t.triple.as_str();
-            let dev = self.temps.path(&st, &format!("{triple}.o"));
+            let gpu = crate::gpu::is_gpu(triple);
+            let dev = self.temps.path(&st, &format!("{triple}.{}", if gpu { "bc" } else { "o" }));
             let mut c = Cmd::new(prog.clone(), format!("{name}: compile for offload target {triple}"));
             c.arg(format!("--target={triple}")).arg("-fopenmp");
             let x = if fortran { "-Xflang" } else { "-Xclang" };
-            if is_cpu_target(triple) {
+            if is_cpu_target(triple) || gpu {
+                // GPU code objects are position-independent too, as in clang's offload compile.
                 c.arg("-fPIC");
             }
             if !fortran {
@@ -215,6 +237,21 @@ impl Ctx<'_> {
             }
             c.args([x, "-fopenmp-is-target-device", x, "-fopenmp-host-ir-file-path", x]);
             c.arg(bc.to_string_lossy());
+            if gpu {
+                // As clang's offload driver: its include paths, no ROCm/CUDA bitcode libraries
+                // (the device link brings the device runtime), bitcode for the LTO device link.
+                match crate::gpu::rocm_device_libs(self.args)? {
+                    Some(rocm) if triple.starts_with("amdgcn") => c.arg(rocm),
+                    _ if !fortran => c.arg("-nogpulib"),
+                    _ => &mut c,
+                };
+                match includes.get(ti) {
+                    Some(Ok(inc)) => c.args(inc.iter().cloned()),
+                    Some(Err(e)) => return Err(e.clone()),
+                    None => &mut c,
+                };
+                c.arg("-emit-llvm");
+            }
             for o in self.args.shared_opts() {
                 let class = classify(o);
                 if class == Class::Link || class == Class::Deps {
@@ -249,7 +286,12 @@ impl Ctx<'_> {
             c.arg("-o").arg(dev.to_string_lossy());
             c.note = Some(format!("{name}: pipeline for offload target {triple}"));
             dev_cmds.push(c);
-            devices.push(DeviceObj { triple: triple.to_string(), arch: self.arch(triple), path: dev, bitcode: lto });
+            devices.push(DeviceObj {
+                triple: triple.to_string(),
+                arch: self.arch(triple),
+                path: dev,
+                bitcode: lto || gpu,
+            });
         }
 
         let host = final_out(if emit == Emit::Assembly { "s" } else { "o" });

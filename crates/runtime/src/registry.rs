@@ -138,12 +138,27 @@ impl Runtime {
                 .filter(|(_, p)| p.is_compatible(bytes, triple_opt))
                 .map(|(i, _)| i)
                 .collect();
-            if plugins.is_empty() && self.config.debug > 0 {
-                info::emit(&format!(
-                    "omptarget debug: image of {} bytes ({}) suits no plugin\n",
-                    bytes.len(),
-                    if triple.is_empty() { "no triple" } else { &triple }
-                ));
+            let mut triple = triple;
+            if plugins.is_empty() {
+                // Named by its OffloadBinary, else by its ELF header (a descriptor points at
+                // the device library itself); reported once, at registration.
+                let (from_elf, arch) = omp_format::elf::target_of(bytes).unwrap_or(("", String::new()));
+                if triple.is_empty() {
+                    triple = from_elf.to_string();
+                }
+                let arch = OffloadBinary::parse(&img.bytes).map(|b| b.arch().to_string()).unwrap_or(arch);
+                if self.config.debug > 0 || self.config.info() != 0 {
+                    let what = match (triple.as_str(), arch.as_str()) {
+                        ("", _) => "not an image of a known target".to_string(),
+                        (t, "") => format!("triple {t}"),
+                        (t, a) => format!("triple {t}, arch {a}"),
+                    };
+                    info::emit(&format!(
+                        "omptarget {}: image of {} bytes ({what}) suits no plugin: no device here runs it\n",
+                        if self.config.debug > 0 { "debug" } else { "info" },
+                        bytes.len()
+                    ));
+                }
             }
             images.push(LoadableImage { data: img.bytes.clone(), range, triple, plugins });
         }
