@@ -29,7 +29,7 @@ int main(int argc, char **argv) {
     t = omp_get_wtime() - t;
     if (t < best) best = t;
   }
-#pragma omp target exit data map(from: a[0:n]) map(release: b[0:n], c[0:n])
+#pragma omp target exit data map(from: a[0:n], b[0:n], c[0:n])
   printf("iteration_ms=%.3f dot=%.6e\n", best * 1e3, dot);
   free(a); free(b); free(c);
   return 0;

@@ -124,7 +124,7 @@ impl Entry {
         }
         // Whole ranges first: the common case is no change at all.
         let all = self.synced_within(0, self.size);
-        if all.iter().all(|&(a, b)| self.host(a, b) == &self.snapshot[a..b]) {
+        if all.iter().all(|&(a, b)| same(self.host(a, b), &self.snapshot[a..b])) {
             return out;
         }
         // A page counts when the host changed its synced bytes from the first to the last:
@@ -174,6 +174,21 @@ impl Entry {
         }
         self.host(s, e) == &self.snapshot[s..e] && device.is_none_or(|d| d == &self.snapshot[s..e])
     }
+}
+
+/// `a == b`, compared by several threads when large (the checker compares every mapped
+/// byte before each kernel).
+fn same(a: &[u8], b: &[u8]) -> bool {
+    const PIECE: usize = 8 << 20;
+    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(8);
+    if a.len() != b.len() || a.len() < 2 * PIECE || threads < 2 {
+        return a == b;
+    }
+    let chunk = a.len().div_ceil(threads);
+    std::thread::scope(|s| {
+        let parts: Vec<_> = a.chunks(chunk).zip(b.chunks(chunk)).map(|(x, y)| s.spawn(move || x == y)).collect();
+        parts.into_iter().all(|p| p.join().unwrap_or(false))
+    })
 }
 
 /// Pages spanned by `[tgt, tgt+size)`.

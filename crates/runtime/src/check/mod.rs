@@ -334,12 +334,14 @@ impl Checker {
                 if e.size == 0 || e.made_by.is_none() {
                     continue;
                 }
+                let changed = if self.findings() { e.host_changed_pages() } else { Vec::new() };
+                let first_page = e.first_page();
                 let mut watch = |i: usize, f: &dyn Fn(&mut Why)| {
-                    let page = e.first_page() + i * TRACK_PAGE;
+                    let page = first_page + i * TRACK_PAGE;
                     f(&mut plan.entry(page).or_insert((key, i, Why::default())).2);
                 };
                 if self.findings() {
-                    for i in e.host_changed_pages() {
+                    for i in changed {
                         watch(i, &|w| w.changed = true);
                     }
                     for i in (0..e.init.len()).filter(|&i| !e.init[i]) {
