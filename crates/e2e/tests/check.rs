@@ -84,6 +84,9 @@ fn the_documented_sum_example_names_a_its_place_and_the_fix() {
         // The program then follows OMP_TARGET_OFFLOAD, as for any device failure.
         assert!(!o.status.success());
     }
+    // The same in C (`map(tofrom: sum)` only; A is malloc'ed).
+    let exe = build(Llvm::V22, "isolate/sum.c", &[]);
+    one_finding(&run(&exe, &[CHECK]), &["unmapped access", "`A`", "sum.c:5:1", "map(to: A[0:N])"]);
 }
 
 #[test]
@@ -97,7 +100,13 @@ fn without_debug_information_the_finding_says_how_to_get_names() {
 const C_BUGS: [(&str, &[&str]); 5] = [
     (
         "check/stale.c",
-        &["stale device data", "`a[0:4096]`", "stale.c:12:1", "stale.c:10:1", "#pragma omp target update to(a[0:4096])"],
+        &[
+            "stale device data",
+            "`a[0:4096]`",
+            "stale.c:12:1",
+            "stale.c:10:1",
+            "#pragma omp target update to(a[0:4096])",
+        ],
     ),
     (
         "check/discarded.c",
@@ -181,9 +190,14 @@ fn the_advisor_sums_avoidable_transfers_and_allocations() {
     let err = text(&o.stderr);
     assert!(findings(&o).is_empty(), "{err}");
     assert!(err.starts_with("omptarget advice: data movement that could be avoided"), "{err}");
-    let line = |what: &str| err.lines().find(|l| l.contains(what)).unwrap_or_else(|| panic!("no {what:?}:\n{err}")).to_string();
+    let line = |what: &str| {
+        err.lines().find(|l| l.contains(what)).unwrap_or_else(|| panic!("no {what:?}:\n{err}")).to_string()
+    };
     let back = line("copied back from the device although no kernel changed it");
-    assert!(back.contains("a[0:100000] at advice.c:11:1") && back.contains("10 times") && back.contains("7812.5 KiB"), "{back}");
+    assert!(
+        back.contains("a[0:100000] at advice.c:11:1") && back.contains("10 times") && back.contains("7812.5 KiB"),
+        "{back}"
+    );
     let alloc = line("r[0:100000] at advice.c:11:1: allocated and freed on the device again and again");
     assert!(alloc.contains("10 times"), "{alloc}");
     let resent = line("copied to the device again with the same contents");

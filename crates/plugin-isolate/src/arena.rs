@@ -9,10 +9,10 @@
 //! could not map it does not write it, and the program then falls back to memory allocated
 //! by the worker and copied through `process_vm_writev`/`readv`.
 
+use crate::track;
 use omp_sync::Mutex;
 use std::collections::{BTreeMap, HashMap};
 use std::io;
-use crate::track;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Descriptor the worker finds the arena's memfd on.

@@ -15,8 +15,8 @@ pub mod arena;
 pub mod track;
 
 use omp_plugin::{
-    host_memory, AllocKind, Device, Fault, GlobalSymbol, ImageId, KernelId, LaunchConfig, PageAccess, Plugin, PluginError,
-    Result,
+    host_memory, AllocKind, Device, Fault, GlobalSymbol, ImageId, KernelId, LaunchConfig, PageAccess, Plugin,
+    PluginError, Result,
 };
 use omp_plugin_host::{HostPlugin, NUM_DEVICES};
 use omp_sync::Mutex;

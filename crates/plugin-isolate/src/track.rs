@@ -47,7 +47,7 @@ pub const CTL_HEAD_WORDS: usize = 3;
 /// # Safety
 /// `base` must be the address of a mapped arena (its first page readable and writable).
 pub unsafe fn header_word<'a>(base: usize, offset: usize) -> &'a AtomicU64 {
-    debug_assert!(offset % 8 == 0 && offset < 4096);
+    debug_assert!(offset.is_multiple_of(8) && offset < 4096);
     // SAFETY: the caller's promise; the header page is 4096 bytes and `offset` is inside it
     // and 8-aligned.
     unsafe { &*((base + offset) as *const AtomicU64) }
@@ -161,10 +161,13 @@ fn arm() -> Vec<(usize, usize)> {
     }
     // SAFETY: the header page is mapped read-write in the worker.
     let (ctl, len) = unsafe {
-        (header_word(base, CTL_ADDR).load(Ordering::Acquire) as usize, header_word(base, CTL_LEN).load(Ordering::Acquire) as usize)
+        (
+            header_word(base, CTL_ADDR).load(Ordering::Acquire) as usize,
+            header_word(base, CTL_LEN).load(Ordering::Acquire) as usize,
+        )
     };
     let inside = |a: usize, l: usize| a >= base + TRACK_PAGE && a.checked_add(l).is_some_and(|e| e <= base + size);
-    if ctl == 0 || ctl % TRACK_PAGE != 0 || len < CTL_HEAD_WORDS * 8 || !inside(ctl, len) {
+    if ctl == 0 || !ctl.is_multiple_of(TRACK_PAGE) || len < CTL_HEAD_WORDS * 8 || !inside(ctl, len) {
         return Vec::new();
     }
     if !protect(ctl, len.next_multiple_of(TRACK_PAGE), libc::PROT_READ | libc::PROT_WRITE) {
@@ -175,7 +178,8 @@ fn arm() -> Vec<(usize, usize)> {
     // the program does not touch it while a kernel runs.
     let words = unsafe { std::slice::from_raw_parts(ctl as *const u64, len / 8) };
     let (nc, nw, np) = (words[0] as usize, words[1] as usize, words[2] as usize);
-    let need = nc.checked_mul(3).and_then(|c| c.checked_add(nw.checked_mul(2)?)).and_then(|w| w.checked_add(CTL_HEAD_WORDS));
+    let need =
+        nc.checked_mul(3).and_then(|c| c.checked_add(nw.checked_mul(2)?)).and_then(|w| w.checked_add(CTL_HEAD_WORDS));
     let Some(need) = need.filter(|&n| n.checked_mul(8).and_then(|b| b.checked_add(np)).is_some_and(|b| b <= len))
     else {
         return Vec::new();
@@ -184,7 +188,7 @@ fn arm() -> Vec<(usize, usize)> {
     for _ in 0..nc {
         let (addr, l, open) = (words[p] as usize, words[p + 1] as usize, words[p + 2] != 0);
         p += 3;
-        if inside(addr, l) && addr % TRACK_PAGE == 0 {
+        if inside(addr, l) && addr.is_multiple_of(TRACK_PAGE) {
             let prot = if open { libc::PROT_READ | libc::PROT_WRITE } else { libc::PROT_NONE };
             if !protect(addr, l.next_multiple_of(TRACK_PAGE), prot) && open {
                 // Too many distinct mappings (vm.max_map_count): a page the program
@@ -201,7 +205,7 @@ fn arm() -> Vec<(usize, usize)> {
         let (addr, pages) = (words[p] as usize, words[p + 1] as usize);
         p += 2;
         let Some(l) = pages.checked_mul(TRACK_PAGE) else { break };
-        if !inside(addr, l) || addr % TRACK_PAGE != 0 || first + pages > np {
+        if !inside(addr, l) || !addr.is_multiple_of(TRACK_PAGE) || first + pages > np {
             break;
         }
         ranges.push((addr, addr + l, first));

@@ -79,10 +79,8 @@ impl Advisor {
     /// The summary at exit, largest waste first; nothing when nothing was wasted.
     pub fn summary(&self) -> String {
         let t = self.tallies.lock();
-        let mut rows: Vec<_> = t
-            .iter()
-            .filter(|((w, _, _), tally)| *w != Waste::RepeatedAlloc || tally.times >= 2)
-            .collect();
+        let mut rows: Vec<_> =
+            t.iter().filter(|((w, _, _), tally)| *w != Waste::RepeatedAlloc || tally.times >= 2).collect();
         if rows.is_empty() {
             return String::new();
         }

@@ -36,7 +36,14 @@ pub(super) struct Entry {
 }
 
 impl Entry {
-    pub fn new(device: i32, begin: usize, size: usize, tgt: usize, name: usize, made_by: Option<(TargetKind, Loc)>) -> Self {
+    pub fn new(
+        device: i32,
+        begin: usize,
+        size: usize,
+        tgt: usize,
+        name: usize,
+        made_by: Option<(TargetKind, Loc)>,
+    ) -> Self {
         let pages = pages_of(tgt, size);
         Entry {
             device,

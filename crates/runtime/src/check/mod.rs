@@ -109,7 +109,12 @@ impl Checker {
     }
 
     /// The entry holding host range `[addr, addr+len)` on `device`.
-    fn containing(entries: &BTreeMap<(i32, usize), Entry>, device: i32, addr: usize, len: usize) -> Option<(i32, usize)> {
+    fn containing(
+        entries: &BTreeMap<(i32, usize), Entry>,
+        device: i32,
+        addr: usize,
+        len: usize,
+    ) -> Option<(i32, usize)> {
         let (&key, e) = entries.range(..=(device, addr)).next_back()?;
         (key.0 == device && e.size > 0 && addr + len.max(1) <= e.begin + e.size).then_some(key)
     }
@@ -120,26 +125,42 @@ impl Checker {
             Event::Arguments { types, sizes, names, .. } => ARGS.with(|a| {
                 let mut a = a.borrow_mut();
                 a.clear();
-                a.extend(types.iter().zip(sizes).enumerate().map(|(i, (&t, &size))| {
-                    (names.and_then(|n| n.get(i).copied()).unwrap_or(0), t, size)
-                }));
+                a.extend(
+                    types
+                        .iter()
+                        .zip(sizes)
+                        .enumerate()
+                        .map(|(i, (&t, &size))| (names.and_then(|n| n.get(i).copied()).unwrap_or(0), t, size)),
+                );
             }),
             Event::Construct { kind, begin: true, loc, .. } => {
                 let args = ARGS.with(|a| std::mem::take(&mut *a.borrow_mut()));
-                CTX.with(|c| c.borrow_mut().push(Ctx { kind, loc, args, unmapped: Vec::new(), waste: None, kernel: String::new() }));
+                CTX.with(|c| {
+                    c.borrow_mut().push(Ctx {
+                        kind,
+                        loc,
+                        args,
+                        unmapped: Vec::new(),
+                        waste: None,
+                        kernel: String::new(),
+                    })
+                });
             }
             Event::Construct { begin: false, .. } => {
                 CTX.with(|c| c.borrow_mut().pop());
             }
             Event::MapCreated { device, begin, size, tgt_begin, name, .. } => {
-                let names: Vec<usize> = with_ctx(|c| c.map(|c| c.args.iter().map(|a| a.0).collect())).unwrap_or_default();
+                let names: Vec<usize> =
+                    with_ctx(|c| c.map(|c| c.args.iter().map(|a| a.0).collect())).unwrap_or_default();
                 let name = report::named_like(name, &names);
                 let mut e = Entry::new(device, begin, size, tgt_begin, name, current());
                 // Named by the construct itself (not by a mapper's expansion or a member).
                 e.explicit = with_ctx(|c| {
                     c.is_some_and(|c| {
                         c.args.iter().any(|&(n, ty, sz)| {
-                            sz as usize == size && ty & MEMBER_OF == 0 && (n == 0 || n == name || report::var(n).is_none())
+                            sz as usize == size
+                                && ty & MEMBER_OF == 0
+                                && (n == 0 || n == name || report::var(n).is_none())
                         })
                     })
                 });
@@ -202,7 +223,9 @@ impl Checker {
             // The runtime writing a device pointer into a mapped object (an attachment):
             // those device bytes differ from the host's on purpose.
             if time.is_some() && dir == Direction::ToDevice {
-                if let Some(e) = entries.values_mut().find(|e| e.device == device && tgt >= e.tgt && tgt + bytes <= e.tgt + e.size) {
+                if let Some(e) =
+                    entries.values_mut().find(|e| e.device == device && tgt >= e.tgt && tgt + bytes <= e.tgt + e.size)
+                {
                     let (s, end) = (tgt - e.tgt, tgt - e.tgt + bytes);
                     entry::add_range(&mut e.ignore, s, end);
                     for p in e.pages_for(s, end) {
@@ -233,7 +256,9 @@ impl Checker {
                     Direction::FromDevice if e.snapshot.len() == e.size => {
                         let device_bytes = dev.and_then(|d| read_device(d, e.tgt + s, bytes));
                         device_bytes
-                            .filter(|d| e.synced_within(s, end).iter().all(|&(a, b)| d[a - s..b - s] == e.snapshot[a..b]))
+                            .filter(|d| {
+                                e.synced_within(s, end).iter().all(|&(a, b)| d[a - s..b - s] == e.snapshot[a..b])
+                            })
                             .filter(|_| !e.synced_within(s, end).is_empty())
                             .map(|_| Waste::UnchangedFromDevice)
                     }
@@ -244,7 +269,13 @@ impl Checker {
                     let unread = (e.pages_for(s, end)).filter(|&p| e.unread[p]).count();
                     if unread > 0 {
                         let var = report::var(e.name).unwrap_or("an unnamed mapping").to_string();
-                        self.advisor.note(Waste::UnreadToDevice, e.copied_at, &var, bytes.min(unread * TRACK_PAGE), Duration::ZERO);
+                        self.advisor.note(
+                            Waste::UnreadToDevice,
+                            e.copied_at,
+                            &var,
+                            bytes.min(unread * TRACK_PAGE),
+                            Duration::ZERO,
+                        );
                     }
                 }
                 let var = report::var(e.name).unwrap_or("an unnamed mapping").to_string();
@@ -281,7 +312,13 @@ impl Checker {
         let unread = e.unread.iter().filter(|&&u| u).count();
         if unread > 0 {
             let var = report::var(e.name).unwrap_or("an unnamed mapping");
-            self.advisor.note(Waste::UnreadToDevice, e.copied_at, var, (unread * TRACK_PAGE).min(e.size), Duration::ZERO);
+            self.advisor.note(
+                Waste::UnreadToDevice,
+                e.copied_at,
+                var,
+                (unread * TRACK_PAGE).min(e.size),
+                Duration::ZERO,
+            );
         }
         if !self.findings() || !e.meaningful || e.size == 0 || e.snapshot.len() != e.size {
             return;
@@ -293,7 +330,9 @@ impl Checker {
         }
         let kernel = with_ctx(|c| c.map(|c| c.kernel.clone())).unwrap_or_default();
         let fortran = report::is_fortran(loc, e.name);
-        let made = e.made_by.map_or(String::new(), |(_, l)| format!(" (mapped at {})", report::place_for(l, e.name, Some(&kernel))));
+        let made = e
+            .made_by
+            .map_or(String::new(), |(_, l)| format!(" (mapped at {})", report::place_for(l, e.name, Some(&kernel))));
         let sec = report::section(e.name, fortran);
         let at = report::place_for(loc, e.name, Some(&kernel));
         report::finding(
@@ -489,10 +528,13 @@ impl Checker {
         let near = entries.values().filter(|e| e.device == dev.id && e.size > 0).find_map(|e| {
             let end = e.tgt + e.size;
             if f.addr >= end && f.addr < end + 2 * TRACK_PAGE {
-                Some((e, match f.addr - end {
-                    0 => "just past the end of".to_string(),
-                    d => format!("{d} bytes past the end of"),
-                }))
+                Some((
+                    e,
+                    match f.addr - end {
+                        0 => "just past the end of".to_string(),
+                        d => format!("{d} bytes past the end of"),
+                    },
+                ))
             } else if f.addr < e.tgt && f.addr + 2 * TRACK_PAGE >= e.first_page() {
                 Some((e, format!("{} bytes before the start of", e.tgt - f.addr)))
             } else {

@@ -110,7 +110,7 @@ pub(super) fn place_for(loc: Loc, name: usize, kernel: Option<&str>) -> String {
 
 /// The program is Fortran: the construct's file, or the mapping's, says so.
 pub(super) fn is_fortran(loc: Loc, name: usize) -> bool {
-    fortran(loc) || file_of(&[name]).is_some_and(|f| fortran_file(f))
+    fortran(loc) || file_of(&[name]).is_some_and(fortran_file)
 }
 
 fn fortran_file(f: &str) -> bool {
