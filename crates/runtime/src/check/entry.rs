@@ -111,6 +111,20 @@ impl Entry {
         }
     }
 
+    /// The program changed host offsets `[s, e)` on one side behind the mappings' back
+    /// (`omp_target_memcpy`, `omp_target_memset`): nothing is known of them any more.
+    pub fn forget(&mut self, s: usize, e: usize) {
+        let mut kept = Vec::new();
+        for &(a, b) in &self.synced {
+            subtract(&mut kept, a, b, &[(s, e)]);
+        }
+        self.synced = kept;
+        for p in self.pages_for(s, e) {
+            self.init[p] = true;
+            self.unread[p] = false;
+        }
+    }
+
     /// Synced byte ranges within `[s, e)`, without the ignored ones.
     pub fn synced_within(&self, s: usize, e: usize) -> Vec<(usize, usize)> {
         let mut out = Vec::new();

@@ -14,7 +14,7 @@ mod entry;
 mod report;
 
 use crate::config::CheckMode;
-use crate::trace::{Direction, Event, RcChange, TargetKind};
+use crate::trace::{ApiOp, Direction, Event, RcChange, TargetKind};
 use crate::{DeviceCtx, Loc};
 use advice::{Advisor, Waste};
 use entry::Entry;
@@ -194,6 +194,24 @@ impl Checker {
                 let removed = self.entries.lock().remove(&(device, begin));
                 if let (Some(e), Some(dev)) = (removed, dev) {
                     self.mapping_ended(&e, dev);
+                }
+            }
+            Event::Api { op, device, ptr, other, bytes } => {
+                // Device memory API calls on mapped data: the checker no longer knows what
+                // either side holds there (no judgement, no false alarm).
+                let mut entries = self.entries.lock();
+                let hit = match op {
+                    ApiOp::CopyToDevice | ApiOp::CopyWithinDevice | ApiOp::Memset => entries
+                        .values_mut()
+                        .find(|e| e.device == device && ptr >= e.tgt && ptr + bytes <= e.tgt + e.size)
+                        .map(|e| (ptr - e.tgt, e)),
+                    ApiOp::CopyFromDevice => Self::containing(&entries, device, other, bytes)
+                        .and_then(|k| entries.get_mut(&k))
+                        .map(|e| (other - e.begin, e)),
+                    _ => None,
+                };
+                if let Some((s, e)) = hit {
+                    e.forget(s, s + bytes);
                 }
             }
             Event::Alloc { bytes, name, .. } => {
