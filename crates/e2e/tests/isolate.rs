@@ -364,3 +364,23 @@ fn a_worker_that_cannot_start_is_a_clear_error() {
         assert!(text(&o.stdout).starts_with("first=2\n"), "{case}: {}", text(&o.stderr));
     }
 }
+
+/// Without /proc (a chroot or container that lacks it) the isolated device still works:
+/// images are loaded from temporary files instead of /proc/self/fd. Needs `unshare -rm`
+/// (user and mount namespaces); skipped where the system refuses them.
+#[test]
+fn without_proc_the_isolated_device_still_works() {
+    let probe = Command::new("unshare").args(["-rm", "true"]).stderr(Stdio::null()).status();
+    if !probe.is_ok_and(|s| s.success()) {
+        eprintln!("skipped: unshare -rm is not available here");
+        return;
+    }
+    let exe = build(Llvm::V22, "isolate/correct.c");
+    let plain = run_with(&exe, &dist_lib(), &[]);
+    let mut cmd = Command::new("unshare");
+    cmd.args(["-rm", "sh", "-c", "mount -t tmpfs none /proc && exec \"$0\""]).arg(&exe);
+    cmd.env("LD_LIBRARY_PATH", dist_lib()).env(ISOLATE.0, ISOLATE.1);
+    let o = cmd.output().unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_eq!(text(&o.stdout), text(&plain.stdout), "{}", text(&o.stderr));
+}
