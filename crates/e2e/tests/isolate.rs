@@ -384,3 +384,15 @@ fn without_proc_the_isolated_device_still_works() {
     assert!(o.status.success(), "{}", text(&o.stderr));
     assert_eq!(text(&o.stdout), text(&plain.stdout), "{}", text(&o.stderr));
 }
+
+/// A long kernel does not hold up the requests behind it: a kernel waiting for a flag that a
+/// later kernel (from another host thread, after a data region) sets finishes; run on the
+/// isolated device and on the shared one, same output.
+#[test]
+fn a_waiting_kernel_does_not_hold_up_other_launches() {
+    let exe = build(Llvm::V22, "isolate/concurrent.c");
+    let plain = run_with(&exe, &dist_lib(), &[]);
+    assert_eq!(text(&plain.stdout), "waited=1 copied=10\n", "{}", text(&plain.stderr));
+    let o = run_isolated(&exe, &[]);
+    assert_eq!(text(&o.stdout), "waited=1 copied=10\n", "{}", text(&o.stderr));
+}

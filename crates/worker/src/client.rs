@@ -438,6 +438,31 @@ pub struct SpawnOptions {
     pub on_output: Option<OnOutput>,
 }
 
+/// The doorbell pipe: the read end at 10 or above (closed on exec; the worker gets a copy
+/// as DOORBELL_FD), the write end non-blocking.
+fn doorbell() -> std::io::Result<(std::fs::File, std::fs::File)> {
+    use std::os::fd::FromRawFd;
+    let mut p = [0i32; 2];
+    // SAFETY: pipe2 writes two descriptors into `p`; the result is checked.
+    if unsafe { libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: both descriptors are fresh and owned here from now on.
+    let (r, w) = unsafe { (std::fs::File::from_raw_fd(p[0]), std::fs::File::from_raw_fd(p[1])) };
+    use std::os::fd::AsRawFd;
+    // SAFETY: fcntl on descriptors we own; results checked.
+    unsafe {
+        if libc::fcntl(w.as_raw_fd(), libc::F_SETFL, libc::O_NONBLOCK) < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        let high = libc::fcntl(r.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 10);
+        if high < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok((std::fs::File::from_raw_fd(high), w))
+    }
+}
+
 /// The parent's end of the request channel.
 struct Requests(std::os::unix::net::UnixStream);
 
@@ -464,6 +489,9 @@ pub struct Worker {
     /// The request channel: a socket, written with `MSG_NOSIGNAL` (a C program does not
     /// ignore SIGPIPE; writing to a worker that just died must be an error, not its death).
     stdin: Mutex<Option<Requests>>,
+    /// The worker's doorbell (non-blocking): rung for a request sent while others are
+    /// outstanding, so that the worker reads it even while its reader runs a kernel.
+    bell: std::fs::File,
     shared: Arc<Shared>,
     next: AtomicU64,
     direct: bool,
@@ -476,7 +504,23 @@ impl Worker {
         use std::os::fd::AsRawFd;
         let (ours, theirs) = std::os::unix::net::UnixStream::pair()?;
         cmd.stdin(Stdio::from(std::os::fd::OwnedFd::from(theirs))).stdout(Stdio::piped());
-        let mut child = cmd.spawn()?;
+        let (bell_r, bell_w) = doorbell()?;
+        let r = bell_r.as_raw_fd();
+        // SAFETY: runs in the child before exec: dup2 is async-signal-safe; `r` (at 10 or
+        // above, never DOORBELL_FD itself) stays open in the parent until the spawn returns.
+        unsafe {
+            use std::os::unix::process::CommandExt;
+            cmd.pre_exec(move || {
+                if libc::dup2(r, wire::DOORBELL_FD) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        cmd.env("OMP_WORKER_DOORBELL", wire::DOORBELL_FD.to_string());
+        let spawned = cmd.spawn();
+        drop(bell_r);
+        let mut child = spawned?;
         // The worker's end is closed here with `cmd` (the caller keeps no copy of it).
         drop(cmd);
         let pid = child.id() as i32;
@@ -510,7 +554,14 @@ impl Worker {
             let _ = lock(&shared.child).wait();
             return Err(e);
         }
-        Ok(Worker { pid, stdin: Mutex::new(stdin), shared, next: AtomicU64::new(1), direct: opts.direct_copies })
+        Ok(Worker {
+            pid,
+            stdin: Mutex::new(stdin),
+            bell: bell_w,
+            shared,
+            next: AtomicU64::new(1),
+            direct: opts.direct_copies,
+        })
     }
 
     /// The worker's process id.
@@ -532,7 +583,12 @@ impl Worker {
         }
         let (op, head, body, expect) = req.encode();
         let id = self.next.fetch_add(1, Ordering::Relaxed);
-        lock(&self.shared.pending).insert(id, Pending { expect, done });
+        let concurrent = {
+            let mut pending = lock(&self.shared.pending);
+            let busy = !pending.is_empty();
+            pending.insert(id, Pending { expect, done });
+            busy
+        };
         if let Some(how) = self.died() {
             // The pipe's reader has drained (or is draining) the pending calls; whoever
             // removes the entry completes it.
@@ -549,6 +605,12 @@ impl Worker {
             // The worker is gone or going (a stopped worker is killed): the pipe's reader
             // sees it close and completes this call with how it ended.
             let _ = lock(&self.shared.child).kill();
+        } else if concurrent {
+            // A full doorbell already has rings enough; a closed one means the worker is gone.
+            let ring = [1u8];
+            use std::os::fd::AsRawFd;
+            // SAFETY: writes one byte from our buffer to our own non-blocking pipe.
+            unsafe { libc::write(self.bell.as_raw_fd(), ring.as_ptr().cast(), 1) };
         }
     }
 

@@ -66,6 +66,8 @@ pub fn main(plugin: &dyn Plugin, devices: usize, parent: i32) -> i32 {
     let shared = Arc::new(Shared {
         input: Mutex::new(BufReader::with_capacity(1 << 20, input)),
         waiting: AtomicUsize::new(0),
+        bell: doorbell(),
+        at_bell: AtomicUsize::new(0),
         // SAFETY: getpid has no preconditions.
         pid: unsafe { libc::getpid() },
         devs,
@@ -83,6 +85,13 @@ struct Shared {
     input: Mutex<BufReader<File>>,
     /// Threads waiting to read (or about to).
     waiting: AtomicUsize,
+    /// The parent's doorbell ([`crate::wire::DOORBELL_FD`]), when it gave one: a byte for
+    /// each request it sends while others are outstanding. With it, a launch needs no
+    /// hand-off: a thread waiting on the bell takes over reading only when a request comes
+    /// while the kernel runs.
+    bell: Option<File>,
+    /// Threads waiting on the doorbell.
+    at_bell: AtomicUsize,
     /// The worker's own pid (a process forked by a kernel has another).
     pid: i32,
     devs: Vec<Arc<dyn Device>>,
@@ -92,9 +101,7 @@ struct Shared {
 
 fn serve(shared: &Arc<Shared>) -> i32 {
     loop {
-        shared.waiting.fetch_add(1, Ordering::AcqRel);
-        let mut input = shared.input.lock();
-        shared.waiting.fetch_sub(1, Ordering::AcqRel);
+        let mut input = take_input(shared);
         let frame = loop {
             let frame = match wire::read_frame(&mut *input, wire::MAX_REQUEST_FRAME) {
                 Ok(Some(f)) => f,
@@ -118,10 +125,7 @@ fn serve(shared: &Arc<Shared>) -> i32 {
             reply(&shared.out, frame.id, result);
         };
         drop(input);
-        if shared.waiting.load(Ordering::Acquire) == 0 {
-            let next = shared.clone();
-            std::thread::spawn(move || serve(&next));
-        }
+        hand_off(shared);
         let result = launch(&shared.devs, &frame.payload).map_err(|e| e.to_string());
         forked_child_ends(shared.pid);
         // What the kernel printed goes out before its reply (C streams are buffered when
@@ -131,6 +135,73 @@ fn serve(shared: &Arc<Shared>) -> i32 {
         shared.capture.drain();
         reply(&shared.out, frame.id, result);
     }
+}
+
+/// Takes the reader role. With a doorbell: at once if nobody reads (a thread back from a
+/// kernel goes on reading), else after the bell rings.
+fn take_input(shared: &Shared) -> omp_sync::MutexGuard<'_, BufReader<File>> {
+    let Some(bell) = &shared.bell else {
+        shared.waiting.fetch_add(1, Ordering::AcqRel);
+        let input = shared.input.lock();
+        shared.waiting.fetch_sub(1, Ordering::AcqRel);
+        return input;
+    };
+    if let Some(input) = shared.input.try_lock() {
+        return input;
+    }
+    wait_for_bell(shared, bell);
+    shared.input.lock()
+}
+
+/// Waits for one ring of the doorbell; its end means the parent is gone.
+fn wait_for_bell(shared: &Shared, mut bell: &File) {
+    use std::io::Read;
+    shared.at_bell.fetch_add(1, Ordering::AcqRel);
+    let mut b = [0u8; 1];
+    loop {
+        match bell.read(&mut b) {
+            Ok(1) => break,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            _ => std::process::exit(0),
+        }
+    }
+    shared.at_bell.fetch_sub(1, Ordering::AcqRel);
+}
+
+/// Before a kernel runs on this thread: some thread must be able to read the requests that
+/// come meanwhile (a thread waiting on the doorbell, or one waiting for the input).
+fn hand_off(shared: &Arc<Shared>) {
+    let waiting = match &shared.bell {
+        Some(_) => &shared.at_bell,
+        None => &shared.waiting,
+    };
+    if waiting.load(Ordering::Acquire) == 0 {
+        let next = shared.clone();
+        std::thread::spawn(move || {
+            if let Some(bell) = &next.bell {
+                wait_for_bell(&next, bell);
+            }
+            serve(&next)
+        });
+    }
+}
+
+/// The doorbell the parent passed, moved to a descriptor closed on exec.
+fn doorbell() -> Option<File> {
+    let fd = std::env::var("OMP_WORKER_DOORBELL").ok()?.parse::<i32>().ok()?;
+    if fd != wire::DOORBELL_FD {
+        return None;
+    }
+    // SAFETY: fcntl on a descriptor number the parent named; F_DUPFD_CLOEXEC fails on a
+    // closed one. The original is closed: it is ours, and the copy replaces it.
+    let moved = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3) };
+    if moved < 0 {
+        return None;
+    }
+    // SAFETY: as above.
+    unsafe { libc::close(fd) };
+    // SAFETY: `moved` is a fresh descriptor that nothing else owns.
+    Some(unsafe { File::from_raw_fd(moved) })
 }
 
 fn reply(out: &Out, id: u64, result: Result<Vec<u8>, String>) {
