@@ -383,8 +383,14 @@ impl Shared {
                     self.read_one(&mut rx);
                 }
                 self.read_buffered(&mut rx);
+                let ended = rx.ended;
                 drop(rx);
                 self.pass_role();
+                if ended && !slot.done() {
+                    // Cannot happen (the end completes every pending call), but never spin.
+                    let how = lock(&self.died).clone().unwrap_or_else(|| "is gone".into());
+                    return Err(CallError::Died(how));
+                }
                 continue;
             }
             let mut s = lock(&slot.state);
