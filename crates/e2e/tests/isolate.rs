@@ -378,7 +378,10 @@ fn without_proc_the_isolated_device_still_works() {
     let exe = build(Llvm::V22, "isolate/correct.c");
     let plain = run_with(&exe, &dist_lib(), &[]);
     let mut cmd = Command::new("unshare");
-    cmd.args(["-rm", "sh", "-c", "mount -t tmpfs none /proc && exec \"$0\""]).arg(&exe);
+    // A private /dev/shm too: libomp checks a stale registration file left there by a
+    // process that had the same pid through /proc/self/maps, and asserts without /proc.
+    let script = "mount -t tmpfs none /proc && mount -t tmpfs none /dev/shm && exec \"$0\"";
+    cmd.args(["-rm", "sh", "-c", script]).arg(&exe);
     cmd.env("LD_LIBRARY_PATH", dist_lib()).env(ISOLATE.0, ISOLATE.1);
     let o = cmd.output().unwrap();
     assert!(o.status.success(), "{}", text(&o.stderr));
