@@ -26,7 +26,12 @@ fn text(b: &[u8]) -> String {
 /// Runs `exe` with `libdir` as its library path; fails the test if it runs past a minute
 /// (a hang), instead of hanging the suite.
 fn run_bounded(exe: &Path, libdir: &Path, env: &[(&str, &str)]) -> Output {
+    run_bounded_args(exe, libdir, env, &[])
+}
+
+fn run_bounded_args(exe: &Path, libdir: &Path, env: &[(&str, &str)], args: &[&str]) -> Output {
     let mut cmd = Command::new(exe);
+    cmd.args(args);
     cmd.env("LD_LIBRARY_PATH", libdir).stdout(Stdio::piped()).stderr(Stdio::piped());
     for (k, v) in env {
         cmd.env(k, v);
@@ -62,7 +67,8 @@ fn unreaped_workers() -> Vec<u32> {
     for e in std::fs::read_dir("/proc").unwrap().flatten() {
         let Some(p) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else { continue };
         if let Some((comm, state, ppid, start)) = stat(p) {
-            if comm == "offload-worker" && start >= me && (ppid == 1 || state == 'Z') {
+            let orphan = ppid == 1 || ppid == std::process::id();
+            if comm == "offload-worker" && start >= me && (orphan || state == 'Z') {
                 found.push(p);
             }
         }
@@ -70,11 +76,27 @@ fn unreaped_workers() -> Vec<u32> {
     found
 }
 
+/// Makes this test process the reaper of orphaned descendants: a worker its program left
+/// behind then shows up here as a child (a zombie once it ends) whatever init does.
+fn adopt_orphans() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: prctl(PR_SET_CHILD_SUBREAPER) changes only this process's attributes.
+        assert_eq!(unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1) }, 0);
+    });
+}
+
 /// Runs `exe` isolated and checks that it left no worker behind (running or unreaped).
 fn run_isolated(exe: &Path, env: &[(&str, &str)]) -> Output {
+    run_isolated_in(exe, &dist_lib(), env, &[])
+}
+
+/// As [`run_isolated`], with the runtime from `libdir` and arguments.
+fn run_isolated_in(exe: &Path, libdir: &Path, env: &[(&str, &str)], args: &[&str]) -> Output {
+    adopt_orphans();
     let mut env = env.to_vec();
     env.push(ISOLATE);
-    let out = run_bounded(exe, &dist_lib(), &env);
+    let out = run_bounded_args(exe, libdir, &env, args);
     // Other tests' programs may be between a worker's death and its reaping: allow that.
     let start = Instant::now();
     while !unreaped_workers().is_empty() {
@@ -206,4 +228,174 @@ fn a_missing_worker_is_a_clear_error_naming_the_path() {
     let looked = dir.canonicalize().unwrap().join("offload-worker");
     assert!(err.contains(&format!("cannot start the isolated device's worker {}", looked.display())), "{err}");
     assert!(err.contains("killed.c:27:1"), "{err}");
+}
+
+/// What a failed construct must say on an isolated device: the kernel and its location, the
+/// lost device, and (OMP_TARGET_OFFLOAD defaults to mandatory when devices exist) the fatal
+/// error; the program does not go on.
+fn assert_fatal_at(o: &Output, loc: &str, how: &str) {
+    let (out, err) = (text(&o.stdout), text(&o.stderr));
+    assert!(!o.status.success(), "{out}\n{err}");
+    assert!(!out.contains("after="), "{out}");
+    assert!(err.contains(&format!(" at {loc} failed: the isolated device's worker (pid ")), "{err}");
+    assert!(err.contains(how), "{err}");
+    assert!(err.contains("device 0 was lost while running kernel __omp_offloading_"), "{err}");
+    assert!(err.contains(&format!("{loc}: omptarget fatal error 1")), "{err}");
+}
+
+/// exit() inside a region ends the worker (the region runs there), not the program: the
+/// construct fails naming the kernel, its location and the exit status; what the kernel
+/// printed before exiting is not lost.
+#[test]
+fn exit_inside_a_region_is_a_lost_device_naming_the_kernel() {
+    let exe = build(Llvm::V22, "isolate/exit_in_region.c");
+    let o = run_isolated(&exe, &[]);
+    assert_eq!(text(&o.stdout), "first=2\nkernel: exiting\n", "{}", text(&o.stderr));
+    assert_fatal_at(&o, "exit_in_region.c:13:1", "ended: exited with status 3; code in the target region ended");
+}
+
+/// exec inside a region replaces the worker: the construct fails at once (not when the new
+/// program ends), naming what replaced it; a program that keeps running is stopped.
+#[test]
+fn exec_inside_a_region_is_a_lost_device_and_leaves_nothing_running() {
+    let exe = build(Llvm::V22, "isolate/exec_in_region.c");
+    let o_sleep = run_isolated_in(&exe, &dist_lib(), &[], &["sleep"]);
+    assert_eq!(text(&o_sleep.stdout), "first=2\n", "{}", text(&o_sleep.stderr));
+    assert_fatal_at(
+        &o_sleep,
+        "exec_in_region.c:15:1",
+        "was replaced by the program 'sleep' (code in a target region called exec) and was stopped",
+    );
+    let o = run_isolated_in(&exe, &dist_lib(), &[], &["true"]);
+    assert_fatal_at(
+        &o,
+        "exec_in_region.c:15:1",
+        "was replaced by the program 'true' (code in a target region called exec), which exited with status 0",
+    );
+    // What the worker became is not left running: its pid is gone (reaped).
+    let err = text(&o_sleep.stderr);
+    let pid: u32 = err
+        .split("worker (pid ")
+        .nth(1)
+        .and_then(|r| r.split(')').next())
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no worker pid in {err}"));
+    assert!(stat(pid).is_none_or(|(comm, ..)| comm != "sleep"), "pid {pid} still there: {:?}", stat(pid));
+}
+
+/// fork() inside a region forks the worker: a child that ends with _exit works as on the
+/// host; one that returns from the region is ended with a warning and the region completes
+/// once; system() works and its output reaches the program.
+#[test]
+fn fork_inside_a_region_forks_the_worker_and_a_returning_child_is_ended() {
+    let exe = build(Llvm::V22, "isolate/fork_in_region.c");
+    let o = run_isolated(&exe, &[]);
+    let (out, err) = (text(&o.stdout), text(&o.stderr));
+    assert!(o.status.success(), "{out}\n{err}");
+    assert_eq!(out, "child status=7\nx=1\nfrom-system\nsystem=0\n", "{err}");
+    assert!(err.contains("omptarget warning: a process forked inside a target region on an isolated device"), "{err}");
+    assert!(err.contains("returned from the region; it was ended"), "{err}");
+}
+
+/// The worker killed from outside (SIGKILL) while a long kernel runs: the construct fails at
+/// once, naming the kernel and the signal, instead of waiting for the kernel.
+#[test]
+fn a_worker_killed_during_a_kernel_fails_that_kernel_at_once() {
+    let exe = build(Llvm::V22, "isolate/killed_running.c");
+    let o = run_isolated(&exe, &[]);
+    assert_eq!(text(&o.stdout), "first=2\n", "{}", text(&o.stderr));
+    assert_fatal_at(&o, "killed_running.c:48:1", "ended: killed by signal 9 (SIGKILL)");
+}
+
+/// A program that aborts while its worker runs (a failed assert, a fatal runtime error)
+/// leaves no zombie and no orphan: the worker is killed and reaped before the program dies.
+#[test]
+fn an_abort_while_the_worker_runs_leaves_no_zombie() {
+    let exe = build(Llvm::V22, "isolate/abort_after.c");
+    // run_isolated fails if a worker is left unreaped (this process adopts orphans).
+    let o = run_isolated(&exe, &[]);
+    assert_eq!(text(&o.stdout), "x=2\n", "{}", text(&o.stderr));
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(o.status.signal(), Some(libc::SIGABRT), "{}", text(&o.stderr));
+}
+
+/// A worker that cannot start: not executable, or ending before it answers (as under a
+/// process limit or a seccomp policy that kills it): a clear error naming the path, the
+/// program follows OMP_TARGET_OFFLOAD (mandatory: it stops at the construct; DISABLED: it
+/// runs on the host and never starts the worker).
+#[test]
+fn a_worker_that_cannot_start_is_a_clear_error() {
+    use std::os::unix::fs::PermissionsExt;
+    let exe = build(Llvm::V22, "isolate/killed.c");
+    for (case, worker) in [("noexec", None), ("dies", Some("#!/bin/sh\necho 'cannot start here' >&2\nexit 1\n"))] {
+        let dir = scratch(&format!("isolate-worker-{case}"));
+        for name in ["libomptarget.so.19.1", "libomptarget.so.22.1"] {
+            std::fs::copy(dist_lib().join("libomptarget.so"), dir.join(name)).unwrap();
+        }
+        let path = dir.join("offload-worker");
+        match worker {
+            None => {
+                std::fs::copy(dist_lib().join("offload-worker"), &path).unwrap();
+                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o644)).unwrap();
+            }
+            Some(script) => {
+                std::fs::write(&path, script).unwrap();
+                std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+            }
+        }
+        let o = run_isolated_in(&exe, &dir, &[], &[]);
+        let err = text(&o.stderr);
+        assert!(!o.status.success(), "{case}: {err}");
+        assert!(!text(&o.stdout).contains("first="), "{case}: {}", text(&o.stdout));
+        let looked = dir.canonicalize().unwrap().join("offload-worker");
+        assert!(
+            err.contains(&format!("cannot start the isolated device's worker {}: ", looked.display())),
+            "{case}: {err}"
+        );
+        match case {
+            "noexec" => assert!(err.contains("Permission denied"), "{err}"),
+            _ => assert!(
+                err.contains("cannot start here") && err.contains("it ended before it answered: exited with status 1"),
+                "{err}"
+            ),
+        }
+        assert!(err.contains("killed.c:27:1"), "{case}: {err}");
+        let o = run_isolated_in(&exe, &dir, &[("OMP_TARGET_OFFLOAD", "DISABLED")], &[]);
+        assert!(text(&o.stdout).starts_with("first=2\n"), "{case}: {}", text(&o.stderr));
+    }
+}
+
+/// Without /proc (a chroot or container that lacks it) the isolated device still works:
+/// images are loaded from temporary files instead of /proc/self/fd. Needs `unshare -rm`
+/// (user and mount namespaces); skipped where the system refuses them.
+#[test]
+fn without_proc_the_isolated_device_still_works() {
+    let probe = Command::new("unshare").args(["-rm", "true"]).stderr(Stdio::null()).status();
+    if !probe.is_ok_and(|s| s.success()) {
+        eprintln!("skipped: unshare -rm is not available here");
+        return;
+    }
+    let exe = build(Llvm::V22, "isolate/correct.c");
+    let plain = run_with(&exe, &dist_lib(), &[]);
+    let mut cmd = Command::new("unshare");
+    // A private /dev/shm too: libomp checks a stale registration file left there by a
+    // process that had the same pid through /proc/self/maps, and asserts without /proc.
+    let script = "mount -t tmpfs none /proc && mount -t tmpfs none /dev/shm && exec \"$0\"";
+    cmd.args(["-rm", "sh", "-c", script]).arg(&exe);
+    cmd.env("LD_LIBRARY_PATH", dist_lib()).env(ISOLATE.0, ISOLATE.1);
+    let o = cmd.output().unwrap();
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_eq!(text(&o.stdout), text(&plain.stdout), "{}", text(&o.stderr));
+}
+
+/// A long kernel does not hold up the requests behind it: a kernel waiting for a flag that a
+/// later kernel (from another host thread, after a data region) sets finishes; run on the
+/// isolated device and on the shared one, same output.
+#[test]
+fn a_waiting_kernel_does_not_hold_up_other_launches() {
+    let exe = build(Llvm::V22, "isolate/concurrent.c");
+    let plain = run_with(&exe, &dist_lib(), &[]);
+    assert_eq!(text(&plain.stdout), "waited=1 copied=10\n", "{}", text(&plain.stderr));
+    let o = run_isolated(&exe, &[]);
+    assert_eq!(text(&o.stdout), "waited=1 copied=10\n", "{}", text(&o.stderr));
 }

@@ -108,6 +108,40 @@ fn unique_path(fd: &mut i32) -> Result<CString> {
     path
 }
 
+/// Writes `image` to a new file in the temporary directory, dlopens it and removes the file
+/// (the loader keeps what it mapped). Each file has a name of its own, so the loader never
+/// takes it for an object it already holds.
+fn load_from_temp_file(image: &[u8], index: usize) -> Result<usize> {
+    use std::io::Write;
+    use std::os::unix::fs::OpenOptionsExt;
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let path = std::env::temp_dir().join(format!("omp-device-{}-{index}-{n}.so", std::process::id()));
+    let failed = |what: &str, e: std::io::Error| {
+        PluginError::failed(format!("{what} {} (no /proc: images are loaded from files): {e}", path.display()))
+    };
+    let mut f = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o700)
+        .open(&path)
+        .map_err(|e| failed("cannot create", e))?;
+    let written = f.write_all(image).map_err(|e| failed("cannot write", e));
+    drop(f);
+    let handle = written.and_then(|()| {
+        let c = CString::new(path.as_os_str().as_encoded_bytes())
+            .map_err(|_| PluginError::failed("the temporary directory's path contains a NUL byte"))?;
+        // SAFETY: dlopen takes a NUL-terminated path; failure is reported through NULL.
+        let h = unsafe { libc::dlopen(c.as_ptr(), libc::RTLD_LAZY | libc::RTLD_GLOBAL) };
+        if h.is_null() {
+            return Err(PluginError::failed(format!("failed to load the device image: {}", dl_error())));
+        }
+        Ok(h as usize)
+    });
+    let _ = std::fs::remove_file(&path);
+    handle
+}
+
 /// Writes `image` to an anonymous in-memory file and dlopens it through /proc/self/fd.
 fn load_from_memory(image: &[u8], index: usize) -> Result<Loaded> {
     let name = CString::new(format!("omp-device-{index}")).expect("no NUL in name");
@@ -132,6 +166,10 @@ fn load_from_memory(image: &[u8], index: usize) -> Result<Loaded> {
         // The loader recognises already-loaded objects by path, and fd numbers are reused
         // after close: the fd stays open as long as the image is loaded, and a number whose
         // path still names an unloaded image's object is not used.
+        if !std::path::Path::new("/proc/self/fd").is_dir() {
+            // No /proc (a chroot, a container without it): through a temporary file.
+            return load_from_temp_file(image, index).map(|handle| Loaded { handle, fd });
+        }
         let path = unique_path(&mut fd)?;
         // SAFETY: dlopen takes a NUL-terminated path; failure is reported through NULL.
         // RTLD_GLOBAL as LLVM does: a program's image may use symbols of a library's image.

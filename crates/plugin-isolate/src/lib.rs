@@ -160,8 +160,20 @@ impl Shared {
             Ok((w, arena, exited)) => {
                 let worker = Arc::new(w);
                 stop_at_exit(&worker, exited);
-                // Any reply means the worker has set up (or failed to set up) the arena.
-                let _ = worker.call(&Request::Free { device: 0, addr: 0 });
+                // Any reply means the worker has set up (or failed to set up) the arena; none
+                // means it could not start (a system limit, a policy, a wrong binary).
+                if let Err(CallError::Died(how)) = worker.call(&Request::Free { device: 0, addr: 0 }) {
+                    let why = match &self.exe {
+                        Ok(exe) => format!(
+                            "cannot start the isolated device's worker {}: it ended before it answered: {how} \
+                             (LIBOMPTARGET_ISOLATE=1 runs kernels in {WORKER_NAME})",
+                            exe.display()
+                        ),
+                        Err(e) => e.clone(),
+                    };
+                    *state = State::Failed(why.clone());
+                    return Err(PluginError::lost(why));
+                }
                 let arena = arena.filter(|a| a.acknowledged());
                 let r = Arc::new(Running { worker, arena });
                 *state = State::Running(r.clone());
@@ -285,6 +297,7 @@ fn start(exe: &Path, check: bool) -> std::result::Result<(Worker, Option<arena::
     let exited = Arc::new(Exited::default());
     let signal = exited.clone();
     let on_exit: omp_worker::client::OnExit = Box::new(move |_: &str| signal.set());
+    reap_on_fatal_signals();
     let keeper = std::thread::Builder::new().name("omp-isolate".into()).spawn(move || {
         // What kernels print reaches the program's own stdout and stderr, before the
         // launch that printed it returns (the program flushed its own output first).
@@ -303,7 +316,87 @@ fn start(exe: &Path, check: bool) -> std::result::Result<(Worker, Option<arena::
         Ok(_) => rx.recv().unwrap_or_else(|_| Err(std::io::Error::other("the starting thread ended"))),
         Err(e) => Err(e),
     };
-    r.map(|w| (w, arena, exited)).map_err(|e| cannot(e.to_string()))
+    let w = r.map_err(|e| cannot(e.to_string()))?;
+    exited.pid.store(w.pid(), Ordering::SeqCst);
+    // (With more workers than slots, one is not reaped on an abort; PR_SET_PDEATHSIG still
+    // ends it.)
+    fatal::watch(w.pid());
+    if exited.is_set() {
+        fatal::forget(w.pid());
+    }
+    Ok((w, arena, exited))
+}
+
+/// Kills and reaps the running workers when the program dies of a signal it does not handle
+/// (an abort: `OMP_TARGET_OFFLOAD=MANDATORY`'s fatal error, a failed `assert`; SIGTERM,
+/// SIGINT, SIGHUP), so no worker is left as a zombie for an init that may not reap orphans.
+fn reap_on_fatal_signals() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(fatal::install);
+}
+
+mod fatal {
+    use std::sync::atomic::{AtomicI32, Ordering};
+
+    /// Running workers' pids (0: free slot).
+    static PIDS: [AtomicI32; 8] = [const { AtomicI32::new(0) }; 8];
+    /// The process that installed the handler (a forked child inherits it, not the workers).
+    static OWNER: AtomicI32 = AtomicI32::new(0);
+    const SIGNALS: [i32; 4] = [libc::SIGABRT, libc::SIGTERM, libc::SIGINT, libc::SIGHUP];
+
+    pub fn watch(pid: i32) {
+        let _ = PIDS.iter().any(|s| s.compare_exchange(0, pid, Ordering::SeqCst, Ordering::SeqCst).is_ok());
+    }
+
+    /// The worker `pid` was reaped: its pid may be reused, never signal it again.
+    pub fn forget(pid: i32) {
+        for s in &PIDS {
+            let _ = s.compare_exchange(pid, 0, Ordering::SeqCst, Ordering::SeqCst);
+        }
+    }
+
+    pub fn install() {
+        // SAFETY: getpid has no preconditions.
+        OWNER.store(unsafe { libc::getpid() }, Ordering::SeqCst);
+        for sig in SIGNALS {
+            // SAFETY: sigaction is plain data; an all-zero value is valid and filled below.
+            let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
+            // SAFETY: querying the current disposition (NULL new action).
+            if unsafe { libc::sigaction(sig, std::ptr::null(), &mut old) } != 0 || old.sa_sigaction != libc::SIG_DFL {
+                // The program handles (or ignores) it itself: leave it alone.
+                continue;
+            }
+            // SAFETY: as above.
+            let mut act: libc::sigaction = unsafe { std::mem::zeroed() };
+            act.sa_sigaction = on_signal as extern "C" fn(i32) as libc::sighandler_t;
+            act.sa_flags = libc::SA_RESETHAND | libc::SA_RESTART;
+            // SAFETY: sa_mask is initialised by sigemptyset; the handler only calls
+            // async-signal-safe functions (getpid, kill, waitpid, raise).
+            unsafe {
+                libc::sigemptyset(&mut act.sa_mask);
+                libc::sigaction(sig, &act, std::ptr::null_mut());
+            }
+        }
+    }
+
+    extern "C" fn on_signal(sig: i32) {
+        // SAFETY: getpid, kill, waitpid and raise are async-signal-safe; the pids are our
+        // children's (a slot is cleared before its worker is reaped elsewhere).
+        unsafe {
+            if libc::getpid() == OWNER.load(Ordering::SeqCst) {
+                for s in &PIDS {
+                    let pid = s.swap(0, Ordering::SeqCst);
+                    if pid > 0 && libc::kill(pid, libc::SIGKILL) == 0 {
+                        while libc::waitpid(pid, std::ptr::null_mut(), 0) < 0
+                            && *libc::__errno_location() == libc::EINTR
+                        {}
+                    }
+                }
+            }
+            // SA_RESETHAND restored the default action: die of the signal as intended.
+            libc::raise(sig);
+        }
+    }
 }
 
 /// Writes all of `bytes` to descriptor `fd` (the program's stdout or stderr); output that
@@ -336,12 +429,18 @@ fn arena_size() -> usize {
 struct Exited {
     done: std::sync::Mutex<bool>,
     cv: std::sync::Condvar,
+    pid: std::sync::atomic::AtomicI32,
 }
 
 impl Exited {
     fn set(&self) {
+        fatal::forget(self.pid.load(Ordering::SeqCst));
         *self.done.lock().unwrap_or_else(|p| p.into_inner()) = true;
         self.cv.notify_all();
+    }
+
+    fn is_set(&self) -> bool {
+        *self.done.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Waits at most `limit` for the end.
@@ -438,6 +537,13 @@ impl IsolateDevice {
                 let hint = if how.contains("SIGSEGV") || how.contains("SIGBUS") {
                     "; the kernel touched memory that is not device memory, e.g. a host pointer that was never \
                      mapped (the isolated device, like a GPU, cannot reach the program's memory)"
+                } else if how.contains("called exec") {
+                    ""
+                } else if how.starts_with("exited with status") {
+                    "; code in the target region ended the device's process (exit() inside a target region \
+                     ends the isolated device's worker, not the program; a GPU kernel cannot exit)"
+                } else if how.contains("SIGABRT") {
+                    "; code in the target region aborted (abort(), or a failed assert)"
                 } else {
                     ""
                 };

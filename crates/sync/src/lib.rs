@@ -31,6 +31,14 @@ impl<T: ?Sized> Mutex<T> {
     pub fn get_mut(&mut self) -> &mut T {
         self.0.get_mut().unwrap_or_else(PoisonError::into_inner)
     }
+    /// The lock if nobody holds it now.
+    pub fn try_lock(&self) -> Option<MutexGuard<'_, T>> {
+        match self.0.try_lock() {
+            Ok(g) => Some(g),
+            Err(sync::TryLockError::Poisoned(p)) => Some(p.into_inner()),
+            Err(sync::TryLockError::WouldBlock) => None,
+        }
+    }
 }
 
 /// A reader-writer lock whose `read` and `write` never fail.
@@ -64,8 +72,15 @@ impl Signal {
     pub fn wait<'a, T>(&self, guard: MutexGuard<'a, T>) -> MutexGuard<'a, T> {
         self.0.wait(guard).unwrap_or_else(PoisonError::into_inner)
     }
+    /// As [`Signal::wait`], for at most `limit`.
+    pub fn wait_timeout<'a, T>(&self, guard: MutexGuard<'a, T>, limit: std::time::Duration) -> MutexGuard<'a, T> {
+        self.0.wait_timeout(guard, limit).map(|(g, _)| g).unwrap_or_else(|p| p.into_inner().0)
+    }
     pub fn notify_all(&self) {
         self.0.notify_all();
+    }
+    pub fn notify_one(&self) {
+        self.0.notify_one();
     }
 }
 

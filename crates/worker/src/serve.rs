@@ -48,17 +48,28 @@ pub fn main(plugin: &dyn Plugin, devices: usize, parent: i32) -> i32 {
             return 1;
         }
     };
-    use std::os::fd::AsFd;
-    let input = match std::io::stdin().as_fd().try_clone_to_owned() {
-        Ok(fd) => File::from(fd),
+    let input = match private_stdin() {
+        Ok(f) => f,
         Err(e) => {
             eprintln!("device worker: cannot read its pipe: {e}");
             return 1;
         }
     };
+    // Output a kernel wrote before it called exit() reaches the parent.
+    let _ = CAPTURE.set(capture.clone());
+    // SAFETY: atexit and pthread_atfork take plain `extern "C" fn()`s that live as long as
+    // the process.
+    unsafe {
+        libc::atexit(drain_at_exit);
+        libc::pthread_atfork(None, None, Some(note_fork));
+    }
     let shared = Arc::new(Shared {
         input: Mutex::new(BufReader::with_capacity(1 << 20, input)),
         waiting: AtomicUsize::new(0),
+        bell: doorbell(),
+        at_bell: AtomicUsize::new(0),
+        // SAFETY: getpid has no preconditions.
+        pid: unsafe { libc::getpid() },
         devs,
         out,
         capture,
@@ -74,6 +85,15 @@ struct Shared {
     input: Mutex<BufReader<File>>,
     /// Threads waiting to read (or about to).
     waiting: AtomicUsize,
+    /// The parent's doorbell ([`crate::wire::DOORBELL_FD`]), when it gave one: a byte for
+    /// each request it sends while others are outstanding. With it, a launch needs no
+    /// hand-off: a thread waiting on the bell takes over reading only when a request comes
+    /// while the kernel runs.
+    bell: Option<File>,
+    /// Threads waiting on the doorbell.
+    at_bell: AtomicUsize,
+    /// The worker's own pid (a process forked by a kernel has another).
+    pid: i32,
     devs: Vec<Arc<dyn Device>>,
     out: Out,
     capture: Arc<Capture>,
@@ -81,9 +101,7 @@ struct Shared {
 
 fn serve(shared: &Arc<Shared>) -> i32 {
     loop {
-        shared.waiting.fetch_add(1, Ordering::AcqRel);
-        let mut input = shared.input.lock();
-        shared.waiting.fetch_sub(1, Ordering::AcqRel);
+        let mut input = take_input(shared);
         let frame = loop {
             let frame = match wire::read_frame(&mut *input, wire::MAX_REQUEST_FRAME) {
                 Ok(Some(f)) => f,
@@ -107,11 +125,9 @@ fn serve(shared: &Arc<Shared>) -> i32 {
             reply(&shared.out, frame.id, result);
         };
         drop(input);
-        if shared.waiting.load(Ordering::Acquire) == 0 {
-            let next = shared.clone();
-            std::thread::spawn(move || serve(&next));
-        }
+        hand_off(shared);
         let result = launch(&shared.devs, &frame.payload).map_err(|e| e.to_string());
+        forked_child_ends(shared.pid);
         // What the kernel printed goes out before its reply (C streams are buffered when
         // they are pipes).
         // SAFETY: fflush(NULL) flushes every open output stream; it takes no pointer of ours.
@@ -119,6 +135,73 @@ fn serve(shared: &Arc<Shared>) -> i32 {
         shared.capture.drain();
         reply(&shared.out, frame.id, result);
     }
+}
+
+/// Takes the reader role. With a doorbell: at once if nobody reads (a thread back from a
+/// kernel goes on reading), else after the bell rings.
+fn take_input(shared: &Shared) -> omp_sync::MutexGuard<'_, BufReader<File>> {
+    let Some(bell) = &shared.bell else {
+        shared.waiting.fetch_add(1, Ordering::AcqRel);
+        let input = shared.input.lock();
+        shared.waiting.fetch_sub(1, Ordering::AcqRel);
+        return input;
+    };
+    if let Some(input) = shared.input.try_lock() {
+        return input;
+    }
+    wait_for_bell(shared, bell);
+    shared.input.lock()
+}
+
+/// Waits for one ring of the doorbell; its end means the parent is gone.
+fn wait_for_bell(shared: &Shared, mut bell: &File) {
+    use std::io::Read;
+    shared.at_bell.fetch_add(1, Ordering::AcqRel);
+    let mut b = [0u8; 1];
+    loop {
+        match bell.read(&mut b) {
+            Ok(1) => break,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            _ => std::process::exit(0),
+        }
+    }
+    shared.at_bell.fetch_sub(1, Ordering::AcqRel);
+}
+
+/// Before a kernel runs on this thread: some thread must be able to read the requests that
+/// come meanwhile (a thread waiting on the doorbell, or one waiting for the input).
+fn hand_off(shared: &Arc<Shared>) {
+    let waiting = match &shared.bell {
+        Some(_) => &shared.at_bell,
+        None => &shared.waiting,
+    };
+    if waiting.load(Ordering::Acquire) == 0 {
+        let next = shared.clone();
+        std::thread::spawn(move || {
+            if let Some(bell) = &next.bell {
+                wait_for_bell(&next, bell);
+            }
+            serve(&next)
+        });
+    }
+}
+
+/// The doorbell the parent passed, moved to a descriptor closed on exec.
+fn doorbell() -> Option<File> {
+    let fd = std::env::var("OMP_WORKER_DOORBELL").ok()?.parse::<i32>().ok()?;
+    if fd != wire::DOORBELL_FD {
+        return None;
+    }
+    // SAFETY: fcntl on a descriptor number the parent named; F_DUPFD_CLOEXEC fails on a
+    // closed one. The original is closed: it is ours, and the copy replaces it.
+    let moved = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3) };
+    if moved < 0 {
+        return None;
+    }
+    // SAFETY: as above.
+    unsafe { libc::close(fd) };
+    // SAFETY: `moved` is a fresh descriptor that nothing else owns.
+    Some(unsafe { File::from_raw_fd(moved) })
 }
 
 fn reply(out: &Out, id: u64, result: Result<Vec<u8>, String>) {
@@ -236,6 +319,62 @@ fn die_with_parent(parent: i32) -> Result<(), String> {
     Ok(())
 }
 
+/// A process forked by code in a target region that returned from the kernel: a copy of
+/// the worker, not of the program. It must not answer for the worker: it is ended, saying so
+/// (through the worker's captured stderr, which it shares).
+fn forked_child_ends(worker: i32) {
+    // SAFETY: getpid has no preconditions (asked only after a fork: it is a system call).
+    if !FORKED.load(Ordering::Relaxed) || unsafe { libc::getpid() } == worker {
+        return;
+    }
+    let msg = b"omptarget warning: a process forked inside a target region on an isolated device (a copy of the \
+device's process, not of the program) returned from the region; it was ended (end it with _exit or exec)\n";
+    // SAFETY: writes our own buffer to fd 2, then ends this process without running exit
+    // handlers or flushing the streams it copied from the worker.
+    unsafe {
+        libc::write(2, msg.as_ptr().cast(), msg.len());
+        libc::_exit(0);
+    }
+}
+
+/// Set in every process forked from the worker (`pthread_atfork`).
+static FORKED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+extern "C" fn note_fork() {
+    FORKED.store(true, Ordering::Relaxed);
+}
+
+/// The capture, for the exit handler.
+static CAPTURE: std::sync::OnceLock<Arc<Capture>> = std::sync::OnceLock::new();
+
+/// At the worker's exit (also a kernel's `exit()`): what was printed goes to the parent.
+extern "C" fn drain_at_exit() {
+    // SAFETY: fflush(NULL) flushes every open output stream; it takes no pointer of ours.
+    unsafe { libc::fflush(std::ptr::null_mut()) };
+    if let Some(c) = CAPTURE.get() {
+        let _ = std::panic::catch_unwind(|| c.drain());
+    }
+}
+
+/// Moves the request pipe (fd 0) to a private descriptor, closed on exec, and puts
+/// `/dev/null` in its place: a program a kernel starts must not read the requests.
+fn private_stdin() -> std::io::Result<File> {
+    // SAFETY: fcntl on the process's own fd 0; the result is checked.
+    let fd = unsafe { libc::fcntl(0, libc::F_DUPFD_CLOEXEC, 3) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a fresh descriptor that nothing else owns.
+    let input = unsafe { File::from_raw_fd(fd) };
+    let null = File::open("/dev/null")?;
+    use std::os::fd::AsRawFd;
+    // SAFETY: dup2 replaces our own fd 0 with a descriptor we own.
+    if unsafe { libc::dup2(null.as_raw_fd(), 0) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(input)
+}
+
 /// Moves the reply pipe (fd 1) to a fresh descriptor (fd 1 is then replaced by [`Capture`]).
 fn private_stdout() -> std::io::Result<File> {
     // SAFETY: fcntl on the process's own fd 1; the result is checked.
@@ -306,7 +445,14 @@ impl Capture {
     /// Sends everything the pipes hold now as output frames.
     fn drain(&self) {
         use std::io::Read;
+        use std::os::fd::AsRawFd;
         let mut ends = self.ends.lock();
+        // One system call when there is nothing (the common case before a reply).
+        let mut polls = [0, 1].map(|i| libc::pollfd { fd: ends[i].0.as_raw_fd(), events: libc::POLLIN, revents: 0 });
+        // SAFETY: `polls` is a valid array of two pollfd for the call.
+        if unsafe { libc::poll(polls.as_mut_ptr(), 2, 0) } == 0 {
+            return;
+        }
         let mut buf = [0u8; 64 << 10];
         for (r, tag) in ends.iter_mut() {
             loop {
@@ -315,7 +461,9 @@ impl Capture {
                     Ok(n) => {
                         let mut w = self.out.lock();
                         if wire::write_frame(&mut *w, 0, *tag, &[&buf[..n]]).is_err() {
-                            std::process::exit(0);
+                            // The parent is gone. (Not exit(): this may run in an exit handler.)
+                            // SAFETY: _exit ends the process at once; nothing is left to flush.
+                            unsafe { libc::_exit(0) };
                         }
                     }
                     Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}

@@ -20,6 +20,10 @@ pub const STATUS_ERR: u8 = 1;
 pub const OUT_STDOUT: u8 = 2;
 pub const OUT_STDERR: u8 = 3;
 
+/// The worker's descriptor for the parent's doorbell (named by `OMP_WORKER_DOORBELL`): one
+/// byte per request sent while other requests are outstanding.
+pub const DOORBELL_FD: i32 = 5;
+
 /// Bytes of a frame's length-counted header (request id and tag).
 const HEAD: usize = 9;
 
