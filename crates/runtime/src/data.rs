@@ -194,7 +194,7 @@ impl Runtime {
             }
             tp.tgt = e.translate(r.begin);
             tp.key = Some(k);
-            st.events.push(Event::MapReused {
+            self.queue(st, || Event::MapReused {
                 device: dev.id,
                 implicit,
                 begin: r.begin,
@@ -223,7 +223,7 @@ impl Runtime {
             if r.size > 0 {
                 tp.is_host = true;
                 tp.tgt = r.begin;
-                st.events.push(Event::MapUsm { device: dev.id, begin: r.begin, size: r.size });
+                self.queue(st, || Event::MapUsm { device: dev.id, begin: r.begin, size: r.size });
             }
             return Ok(tp);
         } else if has(r.ty, mt::PRESENT) {
@@ -239,7 +239,7 @@ impl Runtime {
             })?;
             let tgt_begin = alloc + r.padding;
             let time = Self::stop_timer(start);
-            st.events.push(Event::Alloc { device: dev.id, host: r.begin, tgt: alloc, bytes, name: r.name, time });
+            self.queue(st, || Event::Alloc { device: dev.id, host: r.begin, tgt: alloc, bytes, name: r.name, time });
             let (dyn_rc, hold_rc) = if hold { (0, 1) } else { (1, 0) };
             let key = t.insert(MapEntry {
                 base: r.base,
@@ -254,7 +254,7 @@ impl Runtime {
                 owns_memory: true,
             });
             st.new_entries.push(key);
-            st.events.push(Event::MapCreated {
+            self.queue(st, || Event::MapCreated {
                 device: dev.id,
                 base: r.base,
                 begin: r.begin,
@@ -286,6 +286,15 @@ impl Runtime {
             }
         }
         Ok(tp)
+    }
+
+    /// Queues an event decided under the table lock, to be emitted after it is released; it
+    /// is only built when someone observes (no allocation on an unobserved construct).
+    #[inline]
+    fn queue(&self, st: &mut ConstructState, event: impl FnOnce() -> Event<'static>) {
+        if self.observing() {
+            st.events.push(event());
+        }
     }
 
     /// Waits until no entry that one of `ranges` falls in is being mapped by another thread,
@@ -499,7 +508,7 @@ impl Runtime {
                     return Err(Failed);
                 }
                 if !obj.present() && !has(ty, mt::IMPLICIT) && member_of(ty).is_none() && ty != 0 {
-                    st.events.push(Event::NoCounterpart { device: dev.id, name });
+                    self.queue(st, || Event::NoCounterpart { device: dev.id, name });
                 }
                 if has(ty, mt::RETURN_PARAM) {
                     // An unmapped use_device_ptr/addr yields the host pointer for clang 22 programs
@@ -589,6 +598,9 @@ impl Runtime {
     pub fn data_end(&self, dev: &DeviceCtx, args: &mut MapArgs, from_mapper: bool) -> Outcome {
         let mut removals: Vec<(usize, bool, bool)> = Vec::new();
         let result = self.data_end_entries(dev, args, from_mapper, &mut removals);
+        if removals.is_empty() {
+            return result;
+        }
         let mut removed = Vec::new();
         let mut table = dev.lock_table();
         for (key, copied_back, delete) in removals {
@@ -688,7 +700,7 @@ impl Runtime {
                 };
             }
             let tgt = e.translate(begin);
-            let released = Event::MapReleased {
+            let released = self.observing().then(|| Event::MapReleased {
                 device: dev.id,
                 begin,
                 tgt,
@@ -698,12 +710,19 @@ impl Runtime {
                 hold,
                 change,
                 name: args.name(i),
-            };
+            });
             let copy_back = has(ty, mt::FROM) && (has(ty, mt::ALWAYS) || is_last) && size != 0;
-            let delete = member_of(ty).is_none() || has(ty, mt::PTR_AND_OBJ);
-            removals.push((key, copy_back, delete));
+            // Counts only go down during data-end: an entry that is not at zero now cannot be
+            // at zero when the construct's removals are decided, so only entries at zero are
+            // candidates (and those whose shadow pointers a copy-back must restore).
+            let delete = (member_of(ty).is_none() || has(ty, mt::PTR_AND_OBJ)) && e.total_rc() == 0;
+            if copy_back || delete {
+                removals.push((key, copy_back, delete));
+            }
             drop(table);
-            self.emit(&released);
+            if let Some(released) = released {
+                self.emit(&released);
+            }
             if copy_back {
                 // SAFETY: (begin, size) is a map clause's section: program memory that the
                 // construct names, writable for a `from` map.
