@@ -81,6 +81,22 @@ pub struct ConstructState {
     events: Vec<Event<'static>>,
 }
 
+impl ConstructState {
+    /// Forgets everything, keeping the buffers (a construct's state reused by the next).
+    pub(crate) fn clear(&mut self) {
+        self.new_entries.clear();
+        self.attaches.clear();
+        self.copies.clear();
+        self.busy.clear();
+        self.events.clear();
+    }
+
+    /// Whether anything decided under the table lock waits for it to be released.
+    fn pending(&self) -> bool {
+        !self.copies.is_empty() || !self.busy.is_empty() || !self.events.is_empty()
+    }
+}
+
 /// A copy to the device, decided while the table was locked.
 enum PendingCopy {
     /// Program memory named by a map clause.
@@ -299,8 +315,14 @@ impl Runtime {
 
     /// Waits until no entry that one of `ranges` falls in is being mapped by another thread,
     /// and returns the table locked.
-    fn lock_idle<'d>(&self, dev: &'d DeviceCtx, ranges: &[(usize, usize)]) -> omp_sync::MutexGuard<'d, MappingTable> {
-        let mut table = dev.lock_table();
+    /// `held` is the table's guard when the caller still holds it.
+    fn lock_idle<'d>(
+        &self,
+        dev: &'d DeviceCtx,
+        held: Option<omp_sync::MutexGuard<'d, MappingTable>>,
+        ranges: &[(usize, usize)],
+    ) -> omp_sync::MutexGuard<'d, MappingTable> {
+        let mut table = held.unwrap_or_else(|| dev.lock_table());
         while ranges.iter().any(|&(hp, size)| table.is_busy(hp, size)) {
             table.waiters += 1;
             table = dev.mapped.wait(table);
@@ -431,12 +453,16 @@ impl Runtime {
         st: &mut ConstructState,
     ) -> Outcome {
         let n = args.len();
+        // The table stays locked from one entry to the next while nothing waits for its
+        // release (no copy, event or being-mapped entry): one lock per construct, not per entry.
+        let mut held = None;
         for i in 0..n {
             let ty = args.types[i];
             if ty & (mt::LITERAL | mt::PRIVATE) != 0 {
                 continue;
             }
             if args.mapper(i) != 0 {
+                held = None;
                 let mut comps = self.expand_mapper(args, i);
                 self.data_begin(dev, &mut comps.args(), true, st)?;
                 continue;
@@ -467,7 +493,7 @@ impl Runtime {
             let ptr_and_obj = has(ty, mt::PTR_AND_OBJ);
             let outcome = (|| -> Outcome {
                 let ptr_range = if ptr_and_obj { (base, std::mem::size_of::<usize>()) } else { (begin, size) };
-                let mut table = self.lock_idle(dev, &[(begin, size), ptr_range]);
+                let mut table = self.lock_idle(dev, held.take(), &[(begin, size), ptr_range]);
                 let mut pointer = None;
                 if has(ty, mt::PTR_AND_OBJ) {
                     let req = Request {
@@ -529,11 +555,16 @@ impl Runtime {
                         self.attach(&mut table, p.key, shadow, st);
                     }
                 }
+                held = Some(table);
                 Ok(())
             })();
-            let flushed = self.flush(dev, st);
-            outcome.and(flushed)?;
+            if outcome.is_err() || st.pending() {
+                held = None;
+                let flushed = self.flush(dev, st);
+                outcome.and(flushed)?;
+            }
         }
+        drop(held);
         if !from_mapper && !st.attaches.is_empty() {
             self.process_attaches(dev, st)?;
         }
@@ -651,12 +682,16 @@ impl Runtime {
         from_mapper: bool,
         removals: &mut Vec<(usize, bool, bool)>,
     ) -> Outcome {
+        // The table stays locked from one entry to the next until an entry needs a copy back
+        // or an event emitted (both done with no lock held).
+        let mut held = None;
         for i in (0..args.len()).rev() {
             let ty = args.types[i];
             if ty & (mt::LITERAL | mt::PRIVATE) != 0 || has(ty, mt::ATTACH) {
                 continue;
             }
             if args.mapper(i) != 0 {
+                held = None;
                 let mut comps = self.expand_mapper(args, i);
                 self.data_end(dev, &mut comps.args(), true)?;
                 continue;
@@ -667,7 +702,7 @@ impl Runtime {
             let update_ref = (member_of(ty).is_none() || has(ty, mt::PTR_AND_OBJ)) && !(from_mapper && i == 0);
             let must_contain = !has(ty, mt::IMPLICIT);
             let force_delete = has(ty, mt::DELETE);
-            let mut table = dev.lock_table();
+            let table = held.get_or_insert_with(|| dev.lock_table());
             let found = match table.lookup(begin, size) {
                 Lookup::Contained(k) => Some(k),
                 Lookup::Extends(k) if !must_contain => Some(k),
@@ -678,7 +713,7 @@ impl Runtime {
                     continue;
                 }
                 if has(ty, mt::PRESENT) {
-                    self.present_message(dev, &table, begin, size, args.name(i), false);
+                    self.present_message(dev, table, begin, size, args.name(i), false);
                     return Err(Failed);
                 }
                 continue;
@@ -719,7 +754,9 @@ impl Runtime {
             if copy_back || delete {
                 removals.push((key, copy_back, delete));
             }
-            drop(table);
+            if released.is_some() || copy_back {
+                held = None;
+            }
             if let Some(released) = released {
                 self.emit(&released);
             }
@@ -783,7 +820,7 @@ impl Runtime {
     }
 
     fn update_contiguous(&self, dev: &DeviceCtx, begin: usize, size: usize, ty: i64, name: usize) -> Outcome {
-        let table = self.lock_idle(dev, &[(begin, size)]);
+        let table = self.lock_idle(dev, None, &[(begin, size)]);
         let Lookup::Contained(key) = table.lookup(begin, size) else {
             if has(ty, mt::PRESENT) {
                 self.present_message(dev, &table, begin, size, name, true);
