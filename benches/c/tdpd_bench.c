@@ -77,7 +77,7 @@ int main(int argc, char **argv) {
   if (n < 1024) n = 1024;
   nx = (int)sqrt((double)n);
   reps = 40000000 / n > 3 ? 40000000 / n : 3;
-  batch = reps / 20 > 1 ? reps / 20 : 1;
+  batch = reps / 100 > 1 ? reps / 100 : 1;
   rounds = reps / batch > 3 ? reps / batch : 3;
   size_t m = (size_t)nx * nx;
   a = calloc(n, sizeof *a), b = malloc(n * sizeof *b), c = malloc(n * sizeof *c), ah = calloc(n, sizeof *ah);

@@ -27,7 +27,7 @@ program tdpd_bench
   nx = int(sqrt(real(n, 8)))
   ! About 40M element updates per measurement, whatever the size.
   reps = max(3, 40000000 / n)
-  batch = max(1, reps / 20)
+  batch = max(1, reps / 100)
   rounds = max(3, reps / batch)
 
   allocate(a(n), b(n), c(n), ah(n), u(nx, nx), v(nx, nx), vh(nx, nx))
