@@ -3,6 +3,8 @@
 # and one run (benches/fortran/tdpd_bench.f90, benches/c/tdpd_bench.c): triad, reduction
 # sum(b*c), 5-point 2-D stencil, one exp per element; device `target teams distribute parallel
 # do` / host `parallel do`; 8M and 64K elements; OMP_NUM_THREADS=1 and 2; best of TRIALS runs.
+# Within a run, device and host batches alternate and each side keeps its fastest batch (see the
+# benchmark's header): on a shared machine a whole-run average measures the other processes.
 # Builds (all through dist/bin/ompcc):
 #   f22-lto      flang-new-22, device LTO with dist/lib/libomptarget.devicertl.bc (ompcc's default)
 #   f22-archive  flang-new-22 with the native archive (OMPCC_DEVICE_LTO=0)

@@ -2,13 +2,18 @@
 ! the CPU device runtime) and as a plain host `parallel do`, in one binary and one run. Arrays are
 ! made resident with `target enter data` first, so the timings compare loop execution (and the
 ! kernel launch, which shows on small arrays), not host-to-device copies.
+! Timing: device and host batches alternate (a batch of device loops, then the same number of host
+! loops, ROUNDS times); each side's time is its fastest batch, per loop. Alternating gives both
+! sides the same machine conditions (other processes, clock, caches), and the fastest batch
+! leaves out batches that another process interrupted, which on a shared machine decide a
+! whole-run average.
 ! Kernels: triad a = b + s*c; reduction sum(a*b); 5-point stencil on a 2-D array; one exp per
 ! element. Usage: tdpd_bench N   (N elements per array; the 2-D array is about sqrt(N)^2).
 ! Prints: <kernel> device_s=<seconds per rep> host_s=<seconds per rep> check=<0 when results agree>
 program tdpd_bench
   use omp_lib
   implicit none
-  integer :: n, nx, reps, i, r
+  integer :: n, nx, reps, i, r, batch, rounds, k
   real(8), allocatable :: a(:), b(:), c(:), ah(:), u(:,:), v(:,:), vh(:,:)
   real(8) :: t0, tdev, thost, s, sh
   character(len=32) :: arg
@@ -22,6 +27,8 @@ program tdpd_bench
   nx = int(sqrt(real(n, 8)))
   ! About 40M element updates per measurement, whatever the size.
   reps = max(3, 40000000 / n)
+  batch = max(1, reps / 100)
+  rounds = max(3, reps / batch)
 
   allocate(a(n), b(n), c(n), ah(n), u(nx, nx), v(nx, nx), vh(nx, nx))
   do i = 1, n
@@ -39,65 +46,81 @@ program tdpd_bench
 
   ! triad
   call dev_triad()
-  t0 = omp_get_wtime()
-  do r = 1, reps
-    call dev_triad()
-  end do
-  tdev = (omp_get_wtime() - t0) / reps
   call host_triad()
-  t0 = omp_get_wtime()
-  do r = 1, reps
-    call host_triad()
+  tdev = huge(tdev)
+  thost = huge(thost)
+  do k = 1, rounds
+    t0 = omp_get_wtime()
+    do r = 1, batch
+      call dev_triad()
+    end do
+    tdev = min(tdev, (omp_get_wtime() - t0) / batch)
+    t0 = omp_get_wtime()
+    do r = 1, batch
+      call host_triad()
+    end do
+    thost = min(thost, (omp_get_wtime() - t0) / batch)
   end do
-  thost = (omp_get_wtime() - t0) / reps
   !$omp target update from(a)
   print '(a,es10.3,a,es10.3,a,i0)', 'triad device_s=', tdev, ' host_s=', thost, ' check=', count(a /= ah)
 
   ! reduction: sum(a*b); results agree up to reassociation (relative 1e-12).
   call dev_dot(s)
-  t0 = omp_get_wtime()
-  do r = 1, reps
-    call dev_dot(s)
-  end do
-  tdev = (omp_get_wtime() - t0) / reps
   call host_dot(sh)
-  t0 = omp_get_wtime()
-  do r = 1, reps
-    call host_dot(sh)
+  tdev = huge(tdev)
+  thost = huge(thost)
+  do k = 1, rounds
+    t0 = omp_get_wtime()
+    do r = 1, batch
+      call dev_dot(s)
+    end do
+    tdev = min(tdev, (omp_get_wtime() - t0) / batch)
+    t0 = omp_get_wtime()
+    do r = 1, batch
+      call host_dot(sh)
+    end do
+    thost = min(thost, (omp_get_wtime() - t0) / batch)
   end do
-  thost = (omp_get_wtime() - t0) / reps
   print '(a,es10.3,a,es10.3,a,i0)', 'dot device_s=', tdev, ' host_s=', thost, ' check=', &
     merge(0, 1, abs(s - sh) <= 1.0d-12 * abs(sh))
 
   ! 5-point stencil on the 2-D array
   call dev_stencil()
-  t0 = omp_get_wtime()
-  do r = 1, reps
-    call dev_stencil()
-  end do
-  tdev = (omp_get_wtime() - t0) / reps
   call host_stencil()
-  t0 = omp_get_wtime()
-  do r = 1, reps
-    call host_stencil()
+  tdev = huge(tdev)
+  thost = huge(thost)
+  do k = 1, rounds
+    t0 = omp_get_wtime()
+    do r = 1, batch
+      call dev_stencil()
+    end do
+    tdev = min(tdev, (omp_get_wtime() - t0) / batch)
+    t0 = omp_get_wtime()
+    do r = 1, batch
+      call host_stencil()
+    end do
+    thost = min(thost, (omp_get_wtime() - t0) / batch)
   end do
-  thost = (omp_get_wtime() - t0) / reps
   !$omp target update from(v)
   print '(a,es10.3,a,es10.3,a,i0)', 'stencil device_s=', tdev, ' host_s=', thost, ' check=', count(v /= vh)
 
   ! one exp per element (a vectorised exp may round differently: relative 1e-14)
   call dev_exp()
-  t0 = omp_get_wtime()
-  do r = 1, reps
-    call dev_exp()
-  end do
-  tdev = (omp_get_wtime() - t0) / reps
   call host_exp()
-  t0 = omp_get_wtime()
-  do r = 1, reps
-    call host_exp()
+  tdev = huge(tdev)
+  thost = huge(thost)
+  do k = 1, rounds
+    t0 = omp_get_wtime()
+    do r = 1, batch
+      call dev_exp()
+    end do
+    tdev = min(tdev, (omp_get_wtime() - t0) / batch)
+    t0 = omp_get_wtime()
+    do r = 1, batch
+      call host_exp()
+    end do
+    thost = min(thost, (omp_get_wtime() - t0) / batch)
   end do
-  thost = (omp_get_wtime() - t0) / reps
   !$omp target update from(a)
   print '(a,es10.3,a,es10.3,a,i0)', 'exp device_s=', tdev, ' host_s=', thost, ' check=', &
     count(abs(a - ah) > 1.0d-14 * abs(ah))

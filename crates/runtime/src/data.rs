@@ -81,6 +81,22 @@ pub struct ConstructState {
     events: Vec<Event<'static>>,
 }
 
+impl ConstructState {
+    /// Forgets everything, keeping the buffers (a construct's state reused by the next).
+    pub(crate) fn clear(&mut self) {
+        self.new_entries.clear();
+        self.attaches.clear();
+        self.copies.clear();
+        self.busy.clear();
+        self.events.clear();
+    }
+
+    /// Whether anything decided under the table lock waits for it to be released.
+    fn pending(&self) -> bool {
+        !self.copies.is_empty() || !self.busy.is_empty() || !self.events.is_empty()
+    }
+}
+
 /// A copy to the device, decided while the table was locked.
 enum PendingCopy {
     /// Program memory named by a map clause.
@@ -194,7 +210,7 @@ impl Runtime {
             }
             tp.tgt = e.translate(r.begin);
             tp.key = Some(k);
-            st.events.push(Event::MapReused {
+            self.queue(st, || Event::MapReused {
                 device: dev.id,
                 implicit,
                 begin: r.begin,
@@ -223,7 +239,7 @@ impl Runtime {
             if r.size > 0 {
                 tp.is_host = true;
                 tp.tgt = r.begin;
-                st.events.push(Event::MapUsm { device: dev.id, begin: r.begin, size: r.size });
+                self.queue(st, || Event::MapUsm { device: dev.id, begin: r.begin, size: r.size });
             }
             return Ok(tp);
         } else if has(r.ty, mt::PRESENT) {
@@ -239,7 +255,7 @@ impl Runtime {
             })?;
             let tgt_begin = alloc + r.padding;
             let time = Self::stop_timer(start);
-            st.events.push(Event::Alloc { device: dev.id, host: r.begin, tgt: alloc, bytes, name: r.name, time });
+            self.queue(st, || Event::Alloc { device: dev.id, host: r.begin, tgt: alloc, bytes, name: r.name, time });
             let (dyn_rc, hold_rc) = if hold { (0, 1) } else { (1, 0) };
             let key = t.insert(MapEntry {
                 base: r.base,
@@ -254,7 +270,7 @@ impl Runtime {
                 owns_memory: true,
             });
             st.new_entries.push(key);
-            st.events.push(Event::MapCreated {
+            self.queue(st, || Event::MapCreated {
                 device: dev.id,
                 base: r.base,
                 begin: r.begin,
@@ -288,10 +304,25 @@ impl Runtime {
         Ok(tp)
     }
 
+    /// Queues an event decided under the table lock, to be emitted after it is released; it
+    /// is only built when someone observes (no allocation on an unobserved construct).
+    #[inline]
+    fn queue(&self, st: &mut ConstructState, event: impl FnOnce() -> Event<'static>) {
+        if self.observing() {
+            st.events.push(event());
+        }
+    }
+
     /// Waits until no entry that one of `ranges` falls in is being mapped by another thread,
     /// and returns the table locked.
-    fn lock_idle<'d>(&self, dev: &'d DeviceCtx, ranges: &[(usize, usize)]) -> omp_sync::MutexGuard<'d, MappingTable> {
-        let mut table = dev.lock_table();
+    /// `held` is the table's guard when the caller still holds it.
+    fn lock_idle<'d>(
+        &self,
+        dev: &'d DeviceCtx,
+        held: Option<omp_sync::MutexGuard<'d, MappingTable>>,
+        ranges: &[(usize, usize)],
+    ) -> omp_sync::MutexGuard<'d, MappingTable> {
+        let mut table = held.unwrap_or_else(|| dev.lock_table());
         while ranges.iter().any(|&(hp, size)| table.is_busy(hp, size)) {
             table.waiters += 1;
             table = dev.mapped.wait(table);
@@ -422,12 +453,16 @@ impl Runtime {
         st: &mut ConstructState,
     ) -> Outcome {
         let n = args.len();
+        // The table stays locked from one entry to the next while nothing waits for its
+        // release (no copy, event or being-mapped entry): one lock per construct, not per entry.
+        let mut held = None;
         for i in 0..n {
             let ty = args.types[i];
             if ty & (mt::LITERAL | mt::PRIVATE) != 0 {
                 continue;
             }
             if args.mapper(i) != 0 {
+                held = None;
                 let mut comps = self.expand_mapper(args, i);
                 self.data_begin(dev, &mut comps.args(), true, st)?;
                 continue;
@@ -458,7 +493,7 @@ impl Runtime {
             let ptr_and_obj = has(ty, mt::PTR_AND_OBJ);
             let outcome = (|| -> Outcome {
                 let ptr_range = if ptr_and_obj { (base, std::mem::size_of::<usize>()) } else { (begin, size) };
-                let mut table = self.lock_idle(dev, &[(begin, size), ptr_range]);
+                let mut table = self.lock_idle(dev, held.take(), &[(begin, size), ptr_range]);
                 let mut pointer = None;
                 if has(ty, mt::PTR_AND_OBJ) {
                     let req = Request {
@@ -499,7 +534,7 @@ impl Runtime {
                     return Err(Failed);
                 }
                 if !obj.present() && !has(ty, mt::IMPLICIT) && member_of(ty).is_none() && ty != 0 {
-                    st.events.push(Event::NoCounterpart { device: dev.id, name });
+                    self.queue(st, || Event::NoCounterpart { device: dev.id, name });
                 }
                 if has(ty, mt::RETURN_PARAM) {
                     // An unmapped use_device_ptr/addr yields the host pointer for clang 22 programs
@@ -520,11 +555,16 @@ impl Runtime {
                         self.attach(&mut table, p.key, shadow, st);
                     }
                 }
+                held = Some(table);
                 Ok(())
             })();
-            let flushed = self.flush(dev, st);
-            outcome.and(flushed)?;
+            if outcome.is_err() || st.pending() {
+                held = None;
+                let flushed = self.flush(dev, st);
+                outcome.and(flushed)?;
+            }
         }
+        drop(held);
         if !from_mapper && !st.attaches.is_empty() {
             self.process_attaches(dev, st)?;
         }
@@ -589,6 +629,9 @@ impl Runtime {
     pub fn data_end(&self, dev: &DeviceCtx, args: &mut MapArgs, from_mapper: bool) -> Outcome {
         let mut removals: Vec<(usize, bool, bool)> = Vec::new();
         let result = self.data_end_entries(dev, args, from_mapper, &mut removals);
+        if removals.is_empty() {
+            return result;
+        }
         let mut removed = Vec::new();
         let mut table = dev.lock_table();
         for (key, copied_back, delete) in removals {
@@ -639,12 +682,16 @@ impl Runtime {
         from_mapper: bool,
         removals: &mut Vec<(usize, bool, bool)>,
     ) -> Outcome {
+        // The table stays locked from one entry to the next until an entry needs a copy back
+        // or an event emitted (both done with no lock held).
+        let mut held = None;
         for i in (0..args.len()).rev() {
             let ty = args.types[i];
             if ty & (mt::LITERAL | mt::PRIVATE) != 0 || has(ty, mt::ATTACH) {
                 continue;
             }
             if args.mapper(i) != 0 {
+                held = None;
                 let mut comps = self.expand_mapper(args, i);
                 self.data_end(dev, &mut comps.args(), true)?;
                 continue;
@@ -655,7 +702,7 @@ impl Runtime {
             let update_ref = (member_of(ty).is_none() || has(ty, mt::PTR_AND_OBJ)) && !(from_mapper && i == 0);
             let must_contain = !has(ty, mt::IMPLICIT);
             let force_delete = has(ty, mt::DELETE);
-            let mut table = dev.lock_table();
+            let table = held.get_or_insert_with(|| dev.lock_table());
             let found = match table.lookup(begin, size) {
                 Lookup::Contained(k) => Some(k),
                 Lookup::Extends(k) if !must_contain => Some(k),
@@ -666,7 +713,7 @@ impl Runtime {
                     continue;
                 }
                 if has(ty, mt::PRESENT) {
-                    self.present_message(dev, &table, begin, size, args.name(i), false);
+                    self.present_message(dev, table, begin, size, args.name(i), false);
                     return Err(Failed);
                 }
                 continue;
@@ -688,7 +735,7 @@ impl Runtime {
                 };
             }
             let tgt = e.translate(begin);
-            let released = Event::MapReleased {
+            let released = self.observing().then(|| Event::MapReleased {
                 device: dev.id,
                 begin,
                 tgt,
@@ -698,12 +745,21 @@ impl Runtime {
                 hold,
                 change,
                 name: args.name(i),
-            };
+            });
             let copy_back = has(ty, mt::FROM) && (has(ty, mt::ALWAYS) || is_last) && size != 0;
-            let delete = member_of(ty).is_none() || has(ty, mt::PTR_AND_OBJ);
-            removals.push((key, copy_back, delete));
-            drop(table);
-            self.emit(&released);
+            // Counts only go down during data-end: an entry that is not at zero now cannot be
+            // at zero when the construct's removals are decided, so only entries at zero are
+            // candidates (and those whose shadow pointers a copy-back must restore).
+            let delete = (member_of(ty).is_none() || has(ty, mt::PTR_AND_OBJ)) && e.total_rc() == 0;
+            if copy_back || delete {
+                removals.push((key, copy_back, delete));
+            }
+            if released.is_some() || copy_back {
+                held = None;
+            }
+            if let Some(released) = released {
+                self.emit(&released);
+            }
             if copy_back {
                 // SAFETY: (begin, size) is a map clause's section: program memory that the
                 // construct names, writable for a `from` map.
@@ -764,7 +820,7 @@ impl Runtime {
     }
 
     fn update_contiguous(&self, dev: &DeviceCtx, begin: usize, size: usize, ty: i64, name: usize) -> Outcome {
-        let table = self.lock_idle(dev, &[(begin, size)]);
+        let table = self.lock_idle(dev, None, &[(begin, size)]);
         let Lookup::Contained(key) = table.lookup(begin, size) else {
             if has(ty, mt::PRESENT) {
                 self.present_message(dev, &table, begin, size, name, true);

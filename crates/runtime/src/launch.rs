@@ -50,15 +50,15 @@ impl Runtime {
             return Err(Failed);
         };
         let n = launch.args.len();
-        let mut privates: Vec<(usize, usize)> = Vec::new();
-        let mut tgt_args: Vec<usize> = Vec::with_capacity(n);
+        let mut buffers = LaunchBuffers::take();
+        let LaunchBuffers { tgt_args, privates, state } = &mut *buffers;
         // The host values behind the arguments are recorded only for observers (no
         // allocation on an unobserved launch).
         let mut host_args: Vec<usize> = Vec::new();
         let record_host = self.observing();
         let result = (|| -> Outcome {
             if n > 0 {
-                if self.data_begin(dev, &mut launch.args, false, &mut ConstructState::default()).is_err() {
+                if self.data_begin(dev, &mut launch.args, false, state).is_err() {
                     info::error(format_args!("Call to targetDataBegin failed, abort target."));
                     info::error(format_args!("Failed to process data before launching the kernel."));
                     self.explain_kernel_failure(dev, loc, host_ptr, "mapping its data before the launch");
@@ -69,9 +69,9 @@ impl Runtime {
                     loc,
                     host_ptr,
                     &launch.args,
-                    &mut tgt_args,
+                    tgt_args,
                     record_host.then_some(&mut host_args),
-                    &mut privates,
+                    privates,
                 )?;
             }
             let config = LaunchConfig {
@@ -93,7 +93,7 @@ impl Runtime {
                 loc,
                 teams: launch.num_teams,
                 threads: launch.thread_limit,
-                args: &tgt_args,
+                args: tgt_args,
                 host_args: &host_args,
                 clang19: self.clang19_programs_only(),
                 done,
@@ -103,8 +103,8 @@ impl Runtime {
             }
             let start = self.start_timer();
             let launched = match &self.checker {
-                Some(c) => c.launch(dev, kernel, &tgt_args, &config, &name, loc),
-                None => dev.dev.launch(kernel, &tgt_args, &config),
+                Some(c) => c.launch(dev, kernel, tgt_args, &config, &name, loc),
+                None => dev.dev.launch(kernel, tgt_args, &config),
             };
             if let Some(t) = Self::stop_timer(start) {
                 self.emit(&kernel_event(Some(t)));
@@ -124,9 +124,10 @@ impl Runtime {
             }
             Ok(())
         })();
-        for p in privates {
+        for p in privates.drain(..) {
             let _ = dev.free_sized(p.0, p.1, AllocKind::Default);
         }
+        buffers.give_back();
         result
     }
 
@@ -169,16 +170,17 @@ impl Runtime {
         privates: &mut Vec<(usize, usize)>,
     ) -> Outcome {
         let n = args.len();
-        // Argument value per entry index, for lambda fix-ups that refer to their parent.
-        let mut value_of = vec![None; n];
         for i in 0..n {
             let ty = args.types[i];
             let begin = args.begins[i];
             let base = args.bases[i];
             if !has(ty, mt::TARGET_PARAM) {
                 if has(ty, mt::LITERAL | mt::PTR_AND_OBJ | mt::IMPLICIT) {
-                    if let Some(parent_val) = member_of(ty).and_then(|p| value_of.get(p).copied().flatten()) {
-                        let parent = member_of(ty).expect("checked");
+                    if let Some(parent) = member_of(ty).filter(|&p| p < i && has(args.types[p], mt::TARGET_PARAM)) {
+                        // The parent's argument value: every TARGET_PARAM entry before it
+                        // pushed exactly one.
+                        let parent_val =
+                            out[args.types[..parent].iter().filter(|&&t| has(t, mt::TARGET_PARAM)).count()];
                         let field = parent_val + base.wrapping_sub(args.begins[parent]);
                         let table = dev.lock_table();
                         if let Some(k) = table.lookup(begin, args.sizes[i].max(0) as usize).key() {
@@ -233,7 +235,6 @@ impl Runtime {
                 }
                 (found.unwrap_or(begin).wrapping_add(hp_base.wrapping_sub(begin)), hp_base)
             };
-            value_of[i] = Some(value);
             out.push(value);
             if let Some(h) = host_out.as_deref_mut() {
                 h.push(host_value);
@@ -251,6 +252,38 @@ impl Runtime {
             .find(|e| e.addr as usize == host_ptr && e.size == 0)
             .and_then(|e| info::map_name(e.name as usize))
             .map(str::to_string)
+    }
+}
+
+/// What a launch needs besides its arguments, kept per thread from one launch to the next so
+/// that a launch allocates nothing once its thread has launched before.
+#[derive(Default)]
+struct LaunchBuffers {
+    /// The kernel's arguments.
+    tgt_args: Vec<usize>,
+    /// Device copies of firstprivates (address, size), freed after the kernel.
+    privates: Vec<(usize, usize)>,
+    state: ConstructState,
+}
+
+std::thread_local! {
+    static LAUNCH_BUFFERS: std::cell::Cell<Option<Box<LaunchBuffers>>> = const { std::cell::Cell::new(None) };
+}
+
+impl LaunchBuffers {
+    /// This thread's buffers, or new ones (first launch, or a launch inside a launch).
+    fn take() -> Box<Self> {
+        LAUNCH_BUFFERS.try_with(std::cell::Cell::take).ok().flatten().unwrap_or_default()
+    }
+
+    /// Empties the buffers and keeps them for the thread's next launch (unless large).
+    fn give_back(mut self: Box<Self>) {
+        self.tgt_args.clear();
+        self.privates.clear();
+        self.state.clear();
+        if self.tgt_args.capacity() <= 1024 && self.privates.capacity() <= 1024 {
+            let _ = LAUNCH_BUFFERS.try_with(|b| b.set(Some(self)));
+        }
     }
 }
 
