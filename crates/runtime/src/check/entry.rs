@@ -114,15 +114,21 @@ impl Entry {
     /// The program changed host offsets `[s, e)` on one side behind the mappings' back
     /// (`omp_target_memcpy`, `omp_target_memset`): nothing is known of them any more.
     pub fn forget(&mut self, s: usize, e: usize) {
+        self.in_flight(s, e);
+        for p in self.pages_for(s, e) {
+            self.init[p] = true;
+            self.unread[p] = false;
+        }
+    }
+
+    /// A copy back into host offsets `[s, e)` is under way: the host changes there are the
+    /// runtime's own, and another thread's kernel must not judge them until it is done.
+    pub fn in_flight(&mut self, s: usize, e: usize) {
         let mut kept = Vec::new();
         for &(a, b) in &self.synced {
             subtract(&mut kept, a, b, &[(s, e)]);
         }
         self.synced = kept;
-        for p in self.pages_for(s, e) {
-            self.init[p] = true;
-            self.unread[p] = false;
-        }
     }
 
     /// Synced byte ranges within `[s, e)`, without the ignored ones.

@@ -190,8 +190,16 @@ impl Checker {
             Event::Transfer { device, dir, host, tgt, bytes, done, .. } => {
                 self.transfer(dev, device, dir, host, tgt, bytes, done.map(|t| t.end - t.start))
             }
-            Event::MapRemoved { device, begin, .. } => {
-                let removed = self.entries.lock().remove(&(device, begin));
+            Event::MapRemoved { device, begin, tgt_begin, .. } => {
+                // The record of this very mapping: another thread may already have mapped the
+                // same host range anew (events of different threads arrive in any order).
+                let removed = {
+                    let mut entries = self.entries.lock();
+                    match entries.get(&(device, begin)) {
+                        Some(e) if e.tgt == tgt_begin => entries.remove(&(device, begin)),
+                        _ => None,
+                    }
+                };
                 if let (Some(e), Some(dev)) = (removed, dev) {
                     self.mapping_ended(&e, dev);
                 }
@@ -257,7 +265,11 @@ impl Checker {
         let (s, end) = (host - e.begin, host - e.begin + bytes);
         let loc = current().map_or(Loc::NONE, |c| c.1);
         match time {
-            None if !self.advising() => {}
+            None if !self.advising() => {
+                if dir == Direction::FromDevice {
+                    e.in_flight(s, end);
+                }
+            }
             None => {
                 // Before the copy: is it needed?
                 let waste = match dir {
@@ -302,6 +314,9 @@ impl Checker {
                         c.waste = waste.map(|w| (w, var, bytes));
                     }
                 });
+                if dir == Direction::FromDevice {
+                    e.in_flight(s, end);
+                }
             }
             Some(t) => {
                 if !e.host_readable() {
