@@ -144,25 +144,31 @@ impl Entry {
     }
 
     /// Device pages whose synced bytes the host has changed since.
+    ///
+    /// A page counts when the host changed the first and the last element (up to 8 bytes)
+    /// of its synced bytes: tracking says only that a kernel read the page, not which bytes,
+    /// and a page the host changed in part (an update of a sub-range) must not raise a false
+    /// alarm. Comparing two elements a page, not every byte, keeps the cost before each
+    /// kernel to a few cache lines a page.
     pub fn host_changed_pages(&self) -> Vec<usize> {
         let mut out = Vec::new();
         if self.synced.is_empty() || !self.host_readable() {
             return out;
         }
-        // Whole ranges first: the common case is no change at all.
-        let all = self.synced_within(0, self.size);
-        if all.iter().all(|&(a, b)| same(self.host(a, b), &self.snapshot[a..b])) {
-            return out;
-        }
-        // A page counts when the host changed its synced bytes from the first to the last:
-        // tracking says only that a kernel read the page, not which bytes, and a page the
-        // host changed in part (an update of a sub-range) must not raise a false alarm.
+        let ranges = self.synced_within(0, self.size);
+        let differs = |a: usize, b: usize| self.host(a, b) != &self.snapshot[a..b];
+        let mut r = 0;
         for i in 0..self.init.len() {
             let (s, e) = self.page_span(i);
-            let ranges = self.synced_within(s, e);
-            let (Some(first), Some(last)) = (ranges.first(), ranges.last()) else { continue };
-            // The first and the last element (up to 8 bytes) of the page's synced bytes.
-            let differs = |a: usize, b: usize| self.host(a, b) != &self.snapshot[a..b];
+            while r < ranges.len() && ranges[r].1 <= s {
+                r += 1;
+            }
+            let Some(&(a0, b0)) = ranges.get(r).filter(|x| x.0 < e) else { continue };
+            let mut k = r;
+            while k + 1 < ranges.len() && ranges[k + 1].0 < e {
+                k += 1;
+            }
+            let (first, last) = ((a0.max(s), b0.min(e)), (ranges[k].0.max(s), ranges[k].1.min(e)));
             let head = (first.0, first.1.min(first.0 + 8));
             let tail = (last.1.saturating_sub(8).max(last.0), last.1);
             if differs(head.0, head.1) && differs(tail.0, tail.1) {
@@ -201,21 +207,6 @@ impl Entry {
         }
         self.host(s, e) == &self.snapshot[s..e] && device.is_none_or(|d| d == &self.snapshot[s..e])
     }
-}
-
-/// `a == b`, compared by several threads when large (the checker compares every mapped
-/// byte before each kernel).
-fn same(a: &[u8], b: &[u8]) -> bool {
-    const PIECE: usize = 8 << 20;
-    let threads = std::thread::available_parallelism().map_or(1, |n| n.get()).min(8);
-    if a.len() != b.len() || a.len() < 2 * PIECE || threads < 2 {
-        return a == b;
-    }
-    let chunk = a.len().div_ceil(threads);
-    std::thread::scope(|s| {
-        let parts: Vec<_> = a.chunks(chunk).zip(b.chunks(chunk)).map(|(x, y)| s.spawn(move || x == y)).collect();
-        parts.into_iter().all(|p| p.join().unwrap_or(false))
-    })
 }
 
 /// Pages spanned by `[tgt, tgt+size)`.
