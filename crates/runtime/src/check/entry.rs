@@ -99,16 +99,29 @@ impl Entry {
     }
 
     /// A copy between host and device went through host offsets `[s, e)`: they agree now.
+    /// When the record cannot be allocated (a mapping as large as memory allows), the
+    /// mapping is left unjudged.
     pub fn synced_now(&mut self, s: usize, e: usize) {
         if self.snapshot.len() != self.size {
-            self.snapshot = vec![0; self.size];
+            let mut record = Vec::new();
+            if record.try_reserve_exact(self.size).is_err() {
+                return;
+            }
+            record.resize(self.size, 0);
+            self.snapshot = record;
         }
-        let bytes = self.host(s, e).to_vec();
-        self.snapshot[s..e].copy_from_slice(&bytes);
+        self.refresh(s, e);
         add_range(&mut self.synced, s, e);
         for p in self.pages_for(s, e) {
             self.init[p] = true;
         }
+    }
+
+    /// The record of host offsets `[s, e)` becomes the host's bytes now.
+    pub fn refresh(&mut self, s: usize, e: usize) {
+        // SAFETY: as in `host`: callers check `host_readable`; the range lies in the mapping.
+        let host = unsafe { host_memory::bytes(self.begin + s, e - s) };
+        self.snapshot[s..e].copy_from_slice(host);
     }
 
     /// The program changed host offsets `[s, e)` on one side behind the mappings' back

@@ -26,6 +26,8 @@ use std::time::Duration;
 
 /// `OMP_MAP_IMPLICIT`.
 const IMPLICIT: i64 = 0x200;
+/// Fingerprints of past transfers kept for the advisor (then it starts over).
+const MAX_FINGERPRINTS: usize = 1 << 16;
 /// `OMP_MAP_MEMBER_OF` bits.
 const MEMBER_OF: i64 = 0xffff_0000_0000_0000u64 as i64;
 
@@ -280,7 +282,11 @@ impl Checker {
                     Direction::ToDevice if e.synced.is_empty() && e.host_readable() => {
                         // A new mapping: were these very bytes sent here before?
                         let print = fingerprint(e.host(s, end));
-                        let before = self.sent.lock().insert((device, host, bytes), print);
+                        let mut sent = self.sent.lock();
+                        if sent.len() >= MAX_FINGERPRINTS {
+                            sent.clear();
+                        }
+                        let before = sent.insert((device, host, bytes), print);
                         (before == Some(print)).then_some(Waste::ResentToDevice)
                     }
                     Direction::FromDevice if e.snapshot.len() == e.size => {
@@ -447,11 +453,10 @@ impl Checker {
                     e.unread[i] = false;
                     if a.written {
                         e.init[i] = true;
-                        if why.changed && e.host_readable() {
+                        if why.changed && e.host_readable() && e.snapshot.len() == e.size {
                             // The kernel replaced these bytes: the host's change is moot.
                             let (s, t) = e.page_span(i);
-                            let host = e.host(s, t).to_vec();
-                            e.snapshot[s..t].copy_from_slice(&host);
+                            e.refresh(s, t);
                         }
                     }
                 }
@@ -677,7 +682,9 @@ fn fingerprint(bytes: &[u8]) -> u64 {
 
 /// The device's bytes `[tgt, tgt+len)`, read through the plugin.
 fn read_device(dev: &DeviceCtx, tgt: usize, len: usize) -> Option<Vec<u8>> {
-    let mut buf = vec![0u8; len];
+    let mut buf = Vec::new();
+    buf.try_reserve_exact(len).ok()?;
+    buf.resize(len, 0);
     // SAFETY: `buf` is ours, `len` writable bytes; the device range is a live mapping's.
     unsafe { dev.dev.retrieve(buf.as_mut_ptr() as usize, tgt, len) }.ok()?;
     Some(buf)
