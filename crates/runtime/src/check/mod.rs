@@ -26,6 +26,8 @@ use std::time::Duration;
 
 /// `OMP_MAP_IMPLICIT`.
 const IMPLICIT: i64 = 0x200;
+/// Most device pages watched during one kernel (16 GiB).
+const MAX_WATCHED_PAGES: usize = 1 << 22;
 /// Fingerprints of past transfers kept for the advisor (then it starts over).
 const MAX_FINGERPRINTS: usize = 1 << 16;
 /// `OMP_MAP_MEMBER_OF` bits.
@@ -416,7 +418,10 @@ impl Checker {
                 let first_page = e.first_page();
                 let mut watch = |i: usize, f: &dyn Fn(&mut Why)| {
                     let page = first_page + i * TRACK_PAGE;
-                    f(&mut plan.entry(page).or_insert((key, i, Why::default())).2);
+                    // Bounded: beyond it, pages go unwatched (missed findings, never false ones).
+                    if plan.len() < MAX_WATCHED_PAGES || plan.contains_key(&page) {
+                        f(&mut plan.entry(page).or_insert((key, i, Why::default())).2);
+                    }
                 };
                 if self.findings() {
                     for i in changed {
