@@ -160,7 +160,15 @@ impl Arena {
                 let Some(off) = g.live.remove(&addr) else { return false };
                 let len = self.heap.lock().live.get(&off).copied().unwrap_or(0);
                 if len > 2 * PAGE {
-                    g.changes.push((self.base + off + PAGE, len - 2 * PAGE, false));
+                    let opened = (self.base + off + PAGE, len - 2 * PAGE, true);
+                    // Freed before any kernel saw it: the worker never opened it, and the
+                    // list of changes stays as long as the live allocations.
+                    match g.changes.iter().rposition(|c| *c == opened) {
+                        Some(i) => {
+                            g.changes.remove(i);
+                        }
+                        None => g.changes.push((opened.0, opened.1, false)),
+                    }
                 }
                 self.base + off
             }
@@ -429,6 +437,25 @@ mod tests {
         assert_eq!(h.free.get(&4096), Some(&((1 << 20) - 4096)));
         assert!(h.alloc(1 << 20).is_none());
         assert!(h.alloc(usize::MAX - 10).is_none());
+    }
+
+    #[test]
+    fn guarded_allocations_end_at_a_page_and_cancel_unseen_changes() {
+        let mut a = Arena::create(1 << 24).unwrap();
+        a.enable_checks();
+        let p = a.alloc(8192).unwrap();
+        let q = a.alloc(12).unwrap();
+        assert_eq!((p + 8192) % PAGE, 0);
+        assert_eq!((q + 12) % PAGE, 0);
+        assert!(q >= p + 8192 + 2 * PAGE, "a guard page after p and one before q");
+        // q is freed before any kernel: its opening is dropped, not followed by a closing.
+        assert!(a.free(q));
+        let changes = a.check.as_ref().unwrap().lock().changes.clone();
+        assert_eq!(changes, vec![(p, 8192, true)]);
+        assert!(a.prepare(&[]).is_some());
+        assert!(a.check.as_ref().unwrap().lock().changes.is_empty());
+        assert!(a.free(p));
+        assert_eq!(a.check.as_ref().unwrap().lock().changes, vec![(p, 8192, false)]);
     }
 
     #[test]

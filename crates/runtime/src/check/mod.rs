@@ -568,22 +568,26 @@ impl Checker {
             return;
         }
         let entries = self.entries.lock();
-        let near = entries.values().filter(|e| e.device == dev.id && e.size > 0).find_map(|e| {
-            let end = e.tgt + e.size;
-            if f.addr >= end && f.addr < end + 2 * TRACK_PAGE {
-                Some((
-                    e,
-                    match f.addr - end {
+        // The nearest mapping: a guard page after one allocation lies before the next one's.
+        let near = entries
+            .values()
+            .filter(|e| e.device == dev.id && e.size > 0)
+            .filter_map(|e| {
+                let end = e.tgt + e.size;
+                if f.addr >= end && f.addr < end + 2 * TRACK_PAGE {
+                    let how = match f.addr - end {
                         0 => "just past the end of".to_string(),
                         d => format!("{d} bytes past the end of"),
-                    },
-                ))
-            } else if f.addr < e.tgt && f.addr + 2 * TRACK_PAGE >= e.first_page() {
-                Some((e, format!("{} bytes before the start of", e.tgt - f.addr)))
-            } else {
-                None
-            }
-        });
+                    };
+                    Some((f.addr - end, e, how))
+                } else if f.addr < e.tgt && f.addr + 2 * TRACK_PAGE >= e.first_page() {
+                    Some((e.tgt - f.addr, e, format!("{} bytes before the start of", e.tgt - f.addr)))
+                } else {
+                    None
+                }
+            })
+            .min_by_key(|c| c.0)
+            .map(|(_, e, how)| (e, how));
         match near {
             Some((e, how)) => {
                 let made = e
