@@ -129,6 +129,8 @@ pub struct Args {
     pub link_lang: Option<Lang>,
     /// `--declare-target-report[=FILE]`, `--declare-target-check`, `--declare-target-filter`.
     pub declare_target: crate::declare_target::Options,
+    /// `--fortran-section-check=fix|warn|off` (docs/ompcc.md, "Fortran array sections").
+    pub fortran_sections: crate::fortran_sections::Mode,
     /// Indexes into [`Args::items`] of the options given after `--host`: the host's alone.
     pub host_only: Vec<usize>,
     /// Warnings about the command line, printed before the build.
@@ -213,6 +215,7 @@ pub fn parse(prog: &str, argv: &[String]) -> Result<Args> {
         runtime_dir: None,
         link_lang: link_lang_from_prog(prog),
         declare_target: Default::default(),
+        fortran_sections: Default::default(),
         host_only: Vec::new(),
         warnings: Vec::new(),
         gpu_opts: Vec::new(),
@@ -244,6 +247,12 @@ pub fn parse(prog: &str, argv: &[String]) -> Result<Args> {
             ("--declare-target-report", v) => a.declare_target.report = Some(v.unwrap_or_else(|| "-".to_string())),
             ("--declare-target-check", None) => a.declare_target.check = true,
             ("--declare-target-filter", None) => a.declare_target.filter = true,
+            ("--fortran-section-check", Some(v)) => {
+                a.fortran_sections = match crate::fortran_sections::Mode::parse(&v) {
+                    Some(m) => m,
+                    None => bail!("unknown --fortran-section-check '{v}' (expected fix, warn or off)"),
+                }
+            }
             ("--driver-mode", Some(v)) => {
                 a.link_lang = match v.as_str() {
                     "gcc" | "cc" | "c" => Some(Lang::C),

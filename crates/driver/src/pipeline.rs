@@ -175,6 +175,13 @@ impl Ctx<'_> {
         }
         src(&mut fe);
         fe.arg("-o").arg(bc.to_string_lossy());
+        // Fortran's host front end may be replaced by the map-section check's own.
+        let run_fe = || -> Result<()> {
+            if fortran && self.checked_fortran_front_end(tool, &fe, name, &st)? {
+                return Ok(());
+            }
+            self.runner.run(&fe)
+        };
         // GPU device compiles need clang's offload include paths: asked of clang while the
         // host front end runs.
         let gpu_includes = |t: &crate::args::TargetGroup| -> Result<Vec<String>> {
@@ -188,12 +195,12 @@ impl Ctx<'_> {
         let includes: Vec<Result<Vec<String>>> = if self.args.targets.iter().any(|t| crate::gpu::is_gpu(&t.triple)) {
             std::thread::scope(|s| {
                 let h = s.spawn(|| self.args.targets.iter().map(gpu_includes).collect::<Vec<_>>());
-                let fe_result = self.runner.run(&fe);
+                let fe_result = run_fe();
                 let inc = h.join().unwrap_or_else(|_| vec![Err(Error::new("internal error: a job panicked"))]);
                 fe_result.map(|()| inc)
             })?
         } else {
-            self.runner.run(&fe)?;
+            run_fe()?;
             Vec::new()
         };
 
@@ -330,6 +337,24 @@ impl Ctx<'_> {
             crate::declare_target::facts::keep(self.runner, &objcopy, u, &host, emit == Emit::Assembly, &scratch)?;
         }
         Ok(Compiled { host, devices: Vec::new(), dt: None })
+    }
+}
+
+impl Ctx<'_> {
+    /// The map-section check of a Fortran host front end ([`crate::fortran_sections`]): true
+    /// when it wrote the host bitcode itself.
+    fn checked_fortran_front_end(&self, tool: &crate::toolchain::Tool, fe: &Cmd, name: &str, st: &str) -> Result<bool> {
+        let hlfir = self.temps.path(st, "hlfir.mlir");
+        let corrected = self.temps.path(st, "corrected.mlir");
+        crate::fortran_sections::host_front_end(&crate::fortran_sections::FrontEnd {
+            runner: self.runner,
+            mode: self.args.fortran_sections,
+            tool,
+            cmd: fe,
+            src: name,
+            hlfir: &hlfir,
+            corrected: &corrected,
+        })
     }
 }
 

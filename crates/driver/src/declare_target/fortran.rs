@@ -54,6 +54,12 @@ fn last_component(sym: &str) -> String {
 
 /// `loc("file":L:C)` text, or an alias `#locN`, resolved to a place.
 fn resolve_loc(text: &str, aliases: &HashMap<String, String>, depth: u32) -> Option<Loc> {
+    let (file, line, _) = resolve_place(text, aliases, depth)?;
+    Some(Loc::new(file, line))
+}
+
+/// `loc("file":L:C)` text, or an alias `#locN`, resolved to file, line and column.
+pub(crate) fn resolve_place(text: &str, aliases: &HashMap<String, String>, depth: u32) -> Option<(String, u32, u32)> {
     if depth > 16 {
         return None;
     }
@@ -61,12 +67,28 @@ fn resolve_loc(text: &str, aliases: &HashMap<String, String>, depth: u32) -> Opt
         let rest = &text[q + 1..];
         let end = rest.find('"')?;
         let file = &rest[..end];
-        let line: String = rest[end + 1..].trim_start_matches(':').chars().take_while(char::is_ascii_digit).collect();
-        return Some(Loc::new(file, line.parse().ok()?));
+        let mut nums =
+            rest[end + 1..].split(':').skip(1).map(|n| n.chars().take_while(char::is_ascii_digit).collect::<String>());
+        let line = nums.next()?.parse().ok()?;
+        let col = nums.next().and_then(|c| c.parse().ok()).unwrap_or(0);
+        return Some((file.to_string(), line, col));
     }
     let i = text.find("#loc")?;
     let alias: String = text[i..].chars().take_while(|c| c.is_ascii_alphanumeric() || *c == '#' || *c == '_').collect();
-    resolve_loc(aliases.get(&alias)?, aliases, depth + 1)
+    resolve_place(aliases.get(&alias)?, aliases, depth + 1)
+}
+
+/// The `#locN = loc(…)` aliases at the end of an MLIR module.
+pub(crate) fn loc_aliases(text: &str) -> HashMap<String, String> {
+    let mut aliases = HashMap::new();
+    for line in text.lines() {
+        if let Some((name, rest)) = line.strip_prefix('#').and_then(|l| l.split_once(" = ")) {
+            if name.starts_with("loc") {
+                aliases.insert(format!("#{name}"), rest.to_string());
+            }
+        }
+    }
+    aliases
 }
 
 /// The location at the end of an op line (`… loc(#loc12)`).
@@ -110,14 +132,7 @@ pub fn parse_hlfir(file: &str, text: &str) -> Result<Unit> {
     if !text.contains("module") {
         return Err(Error::new(format!("{file}: flang's HLFIR output holds no module")));
     }
-    let mut aliases = HashMap::new();
-    for line in text.lines() {
-        if let Some((name, rest)) = line.strip_prefix('#').and_then(|l| l.split_once(" = ")) {
-            if name.starts_with("loc") {
-                aliases.insert(format!("#{name}"), rest.to_string());
-            }
-        }
-    }
+    let aliases = loc_aliases(text);
     let mut unit = Unit::new(file, Compiler::Flang);
     let mut by_sym: HashMap<String, usize> = HashMap::new();
     // (from function or region, symbol, is call, loc) resolved once every function is known.

@@ -168,7 +168,7 @@ fn flang_fc1(prog: &str, fe_opts: &[String], src: &[String], dry_run: bool) -> R
 }
 
 /// Splits a `-###` line: `"a" "b c" "d\"e"`.
-fn shell_words(line: &str) -> Vec<String> {
+pub(crate) fn shell_words(line: &str) -> Vec<String> {
     let mut out = Vec::new();
     let mut chars = line.chars().peekable();
     while let Some(c) = chars.next() {

@@ -594,11 +594,20 @@ impl Checker {
                     .made_by
                     .map_or(String::new(), |(_, l)| format!(", mapped at {}", report::place_for(l, e.name, Some(kernel))));
                 let sec = report::section(e.name, report::is_fortran(loc, e.name));
+                // flang 19–22 start some such sections of allocatable, pointer and assumed-shape
+                // arrays at the wrong element (docs/ompcc.md, "Fortran array sections").
+                let flang = if report::is_fortran(loc, e.name) && report::multi_dim_section(&sec) {
+                    "; if the kernel uses only the elements named, flang started this section at the wrong element \
+                     (a bug of flang 19-22 with allocatable, pointer and assumed-shape arrays): build with ompcc, which \
+                     corrects it or says how to write it"
+                } else {
+                    ""
+                };
                 report::finding(
                     "out of bounds",
                     format_args!(
                         "kernel {kernel} at {at} {access} {how} {} ({}{made}) on device {}; map every element the \
-                         kernel uses (`map({fix_dir}: {})` with a larger extent) or fix the loop bounds{}",
+                         kernel uses (`map({fix_dir}: {})` with a larger extent) or fix the loop bounds{flang}{}",
                         report::var_or(e.name, e.size),
                         report::bytes(e.size),
                         dev.id,

@@ -149,6 +149,21 @@ pub(super) fn section(name: usize, fortran: bool) -> String {
     }
 }
 
+/// A Fortran section with more than one subscript (`a(3:10,i,j)`): one that flang 19–22 may
+/// start at the wrong element when the array is reached through a descriptor.
+pub(super) fn multi_dim_section(spelling: &str) -> bool {
+    let Some(open) = spelling.find('(') else { return false };
+    let mut depth = 0i32;
+    spelling[open + 1..].chars().any(|c| {
+        match c {
+            '(' | '[' => depth += 1,
+            ')' | ']' => depth -= 1,
+            _ => {}
+        }
+        c == ',' && depth == 0
+    })
+}
+
 /// How a construct kind is spelled in messages.
 pub(super) fn construct(kind: TargetKind) -> &'static str {
     match kind {
@@ -173,6 +188,16 @@ pub(super) fn bytes(n: usize) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn multi_dimensional_sections() {
+        for yes in ["a(3:10,i,j)", "t%b(:,k)", "a(f(1,2):3,j)"] {
+            assert!(multi_dim_section(yes), "{yes}");
+        }
+        for no in ["a", "a(3:10)", "a(f(1,2):3)", "a[0:n]", "a(", "a()"] {
+            assert!(!multi_dim_section(no), "{no}");
+        }
+    }
 
     #[test]
     fn variables_and_sizes() {
