@@ -125,6 +125,16 @@ fn sections_flang_lowers_right_build_silently() {
     assert!(!text(&o.stderr).contains("corrected flang"), "{}", text(&o.stderr));
     assert_eq!(all_right(&exe, &ours(), &[("LIBOMPTARGET_CHECK", "bugs")]), 2);
     assert_eq!(all_right(&exe, &Llvm::V22.llvm_lib(), &[]), 2);
+
+    // The advisor keeps quiet about the descriptor copies flang adds to every construct (the
+    // program cannot avoid them), and spells its fixes in Fortran even without `-g`.
+    let r = run_with(&exe, &ours(), &[("LIBOMPTARGET_CHECK", "1")]);
+    let advice = text(&r.stderr);
+    assert!(r.status.success() && advice.contains("omptarget advice:"), "{advice}");
+    for noise in ["already held the same bytes", "again with the same contents", "#pragma"] {
+        assert!(!advice.contains(noise), "{noise}:\n{advice}");
+    }
+    assert!(advice.contains("`!$omp target enter data map(alloc: …)`"), "{advice}");
 }
 
 #[test]

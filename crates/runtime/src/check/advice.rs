@@ -32,23 +32,23 @@ impl Waste {
         }
     }
 
-    fn fix(self, loc: Loc) -> String {
+    fn fix(self, fortran: bool) -> String {
         match self {
             Waste::RedundantToDevice => format!(
                 "keep it on the device across constructs ({}) and copy only when the host changed it",
-                report::directive(report::fortran(loc), "target data map(to: …)")
+                report::directive(fortran, "target data map(to: …)")
             ),
             Waste::ResentToDevice => format!(
                 "keep it mapped across the constructs ({} before, {} after)",
-                report::directive(report::fortran(loc), "target enter data map(to: …)"),
-                report::directive(report::fortran(loc), "target exit data map(release: …)")
+                report::directive(fortran, "target enter data map(to: …)"),
+                report::directive(fortran, "target exit data map(release: …)")
             ),
             Waste::UnchangedFromDevice => "map it `to` instead of `tofrom`, or drop the `target update from`".into(),
             Waste::UnreadToDevice => "map it `alloc` (or `from`) instead of `to`/`tofrom`".into(),
             Waste::RepeatedAlloc => format!(
                 "map it once around the loop ({} … {})",
-                report::directive(report::fortran(loc), "target enter data map(alloc: …)"),
-                report::directive(report::fortran(loc), "target exit data map(delete: …)")
+                report::directive(fortran, "target enter data map(alloc: …)"),
+                report::directive(fortran, "target exit data map(delete: …)")
             ),
         }
     }
@@ -59,6 +59,8 @@ struct Tally {
     times: u64,
     bytes: u64,
     time: Duration,
+    /// The program is Fortran (directives are spelled `!$omp`).
+    fortran: bool,
 }
 
 /// What was wasted where: (waste, construct, variable) → totals.
@@ -68,9 +70,13 @@ pub(super) struct Advisor {
 }
 
 impl Advisor {
-    pub fn note(&self, waste: Waste, loc: Loc, var: &str, bytes: usize, time: Duration) {
+    /// Notes waste at construct `loc` on the mapping named `name` (a `map_names` entry or 0).
+    pub fn note(&self, waste: Waste, loc: Loc, name: usize, bytes: usize, time: Duration) {
+        let var = report::var(name).unwrap_or("an unnamed mapping");
+        let fortran = report::is_fortran(loc, name);
         let mut t = self.tallies.lock();
         let e = t.entry((waste, loc.0, var.to_string())).or_default();
+        e.fortran |= fortran;
         e.times += 1;
         e.bytes += bytes as u64;
         e.time += time;
@@ -102,7 +108,7 @@ impl Advisor {
                 if tally.times == 1 { "" } else { "s" },
                 report::bytes(tally.bytes as usize),
                 tally.time.as_secs_f64() * 1e3,
-                waste.fix(loc)
+                waste.fix(tally.fortran)
             ));
         }
         if rows.len() > 20 {

@@ -30,8 +30,7 @@ const IMPLICIT: i64 = 0x200;
 const MAX_WATCHED_PAGES: usize = 1 << 22;
 /// Fingerprints of past transfers kept for the advisor (then it starts over).
 const MAX_FINGERPRINTS: usize = 1 << 16;
-/// `OMP_MAP_MEMBER_OF` bits.
-const MEMBER_OF: i64 = 0xffff_0000_0000_0000u64 as i64;
+use crate::map_type::{ALWAYS, MEMBER_OF};
 
 /// The checker's state, shared by all threads.
 pub struct Checker {
@@ -53,8 +52,9 @@ struct Ctx {
     args: Vec<(usize, i64, i64)>,
     /// Pointer arguments that point to nothing mapped: (variable, host address).
     unmapped: Vec<(String, usize)>,
-    /// A transfer announced and judged wasteful, waiting for its duration.
-    waste: Option<(Waste, String, usize)>,
+    /// A transfer announced and judged wasteful (waste, mapping name, bytes), waiting for its
+    /// duration.
+    waste: Option<(Waste, usize, usize)>,
     /// The construct's kernel, once launched.
     kernel: String,
 }
@@ -228,8 +228,7 @@ impl Checker {
             }
             Event::Alloc { bytes, name, .. } => {
                 if let Some((_, loc)) = current() {
-                    let var = report::var(name).unwrap_or("an unnamed mapping");
-                    self.advisor.note(Waste::RepeatedAlloc, loc, var, bytes, Duration::ZERO);
+                    self.advisor.note(Waste::RepeatedAlloc, loc, name, bytes, Duration::ZERO);
                 }
             }
             _ => {}
@@ -268,8 +267,17 @@ impl Checker {
         let e = entries.get_mut(&key).expect("key");
         let (s, end) = (host - e.begin, host - e.begin + bytes);
         let loc = current().map_or(Loc::NONE, |c| c.1);
+        // flang copies a descriptor into every construct that maps its array (`always`, as a
+        // member of the descriptor's map): nothing the program can avoid, so no advice on it.
+        let compilers_copy = dir == Direction::ToDevice
+            && report::is_fortran(loc, e.name)
+            && with_ctx(|c| {
+                c.is_some_and(|c| {
+                    c.args.iter().any(|&(_, ty, sz)| ty & MEMBER_OF != 0 && ty & ALWAYS != 0 && sz as usize == bytes)
+                })
+            });
         match time {
-            None if !self.advising() => {
+            None if !self.advising() || compilers_copy => {
                 if dir == Direction::FromDevice {
                     e.in_flight(s, end);
                 }
@@ -306,20 +314,19 @@ impl Checker {
                     // Bytes copied earlier and replaced unread were wasted.
                     let unread = (e.pages_for(s, end)).filter(|&p| e.unread[p]).count();
                     if unread > 0 {
-                        let var = report::var(e.name).unwrap_or("an unnamed mapping").to_string();
                         self.advisor.note(
                             Waste::UnreadToDevice,
                             e.copied_at,
-                            &var,
+                            e.name,
                             bytes.min(unread * TRACK_PAGE),
                             Duration::ZERO,
                         );
                     }
                 }
-                let var = report::var(e.name).unwrap_or("an unnamed mapping").to_string();
+                let name = e.name;
                 with_ctx(|c| {
                     if let Some(c) = c {
-                        c.waste = waste.map(|w| (w, var, bytes));
+                        c.waste = waste.map(|w| (w, name, bytes));
                     }
                 });
                 if dir == Direction::FromDevice {
@@ -331,7 +338,7 @@ impl Checker {
                     return;
                 }
                 e.synced_now(s, end);
-                if dir == Direction::ToDevice {
+                if dir == Direction::ToDevice && !compilers_copy {
                     e.meaningful = true;
                     e.copied_at = loc;
                     for p in e.pages_for(s, end) {
@@ -339,8 +346,8 @@ impl Checker {
                     }
                 }
                 drop(entries);
-                if let Some((w, var, n)) = with_ctx(|c| c.and_then(|c| c.waste.take())) {
-                    self.advisor.note(w, loc, &var, n, t);
+                if let Some((w, name, n)) = with_ctx(|c| c.and_then(|c| c.waste.take())) {
+                    self.advisor.note(w, loc, name, n, t);
                 }
             }
         }
@@ -352,11 +359,10 @@ impl Checker {
         let loc = current().map_or(Loc::NONE, |c| c.1);
         let unread = e.unread.iter().filter(|&&u| u).count();
         if unread > 0 {
-            let var = report::var(e.name).unwrap_or("an unnamed mapping");
             self.advisor.note(
                 Waste::UnreadToDevice,
                 e.copied_at,
-                var,
+                e.name,
                 (unread * TRACK_PAGE).min(e.size),
                 Duration::ZERO,
             );
@@ -451,9 +457,8 @@ impl Checker {
                         found.push((finding::UNINIT, key, i));
                     }
                     if why.unread && !a.read_first && a.written {
-                        let var = report::var(e.name).unwrap_or("an unnamed mapping");
                         let (s, t) = e.page_span(i);
-                        self.advisor.note(Waste::UnreadToDevice, e.copied_at, var, t - s, Duration::ZERO);
+                        self.advisor.note(Waste::UnreadToDevice, e.copied_at, e.name, t - s, Duration::ZERO);
                     }
                     e.unread[i] = false;
                     if a.written {
