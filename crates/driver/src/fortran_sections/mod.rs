@@ -41,7 +41,7 @@ impl Mode {
 }
 
 /// HLFIR larger than this is not read (the check is skipped, with a note).
-const MAX_HLFIR: u64 = 1 << 30;
+const MAX_HLFIR: u64 = 256 << 20;
 /// Sources larger than this are checked without looking for directives first.
 const MAX_PREFILTER: u64 = 64 << 20;
 
@@ -63,7 +63,8 @@ pub struct FrontEnd<'a> {
 /// itself, from corrected HLFIR (the caller then skips `cmd`); false when `cmd` is to run as is.
 pub fn host_front_end(fe: &FrontEnd) -> Result<bool> {
     let Some(lowering) = Lowering::of_flang(fe.tool.major) else { return Ok(false) };
-    if fe.mode == Mode::Off || fe.runner.dry_run || !may_map_sections(Path::new(fe.src)) {
+    // Standard input cannot be read twice.
+    if fe.mode == Mode::Off || fe.runner.dry_run || fe.src == "-" || !may_map_sections(Path::new(fe.src)) {
         return Ok(false);
     }
     let Some(fc1) = fc1_line(fe.cmd) else { return Ok(false) };
