@@ -128,6 +128,16 @@ fn each_finding_in_c() {
 }
 
 #[test]
+fn a_bug_met_in_every_iteration_is_said_once_and_counted() {
+    let exe = build(Llvm::V22, "check/uninit_loop.c", &[]);
+    let o = run(&exe, &[CHECK]);
+    let f = findings(&o);
+    assert_eq!(f.len(), 2, "{}", text(&o.stderr));
+    assert!(f[0].contains("uninitialized device memory") && f[0].contains("uninit_loop.c:11:1"), "{}", f[0]);
+    assert_eq!(f[1], "omptarget check: 63 more findings like the ones above not printed (each kind is said once per variable and construct)");
+}
+
+#[test]
 fn each_finding_in_fortran() {
     let cases: [(&str, &[&str]); 5] = [
         ("check/stale.f90", &["stale device data", "`a`", "stale.f90:11", "stale.f90:9", "!$omp target update to(a)"]),

@@ -14,6 +14,7 @@ mod entry;
 mod report;
 
 use crate::config::CheckMode;
+use crate::map_type::{ALWAYS, MEMBER_OF};
 use crate::trace::{ApiOp, Direction, Event, RcChange, TargetKind};
 use crate::{DeviceCtx, Loc};
 use advice::{Advisor, Waste};
@@ -22,6 +23,7 @@ use omp_plugin::{Fault, KernelId, LaunchConfig, TRACK_PAGE};
 use omp_sync::Mutex;
 use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 /// `OMP_MAP_IMPLICIT`.
@@ -30,14 +32,21 @@ const IMPLICIT: i64 = 0x200;
 const MAX_WATCHED_PAGES: usize = 1 << 22;
 /// Fingerprints of past transfers kept for the advisor (then it starts over).
 const MAX_FINGERPRINTS: usize = 1 << 16;
-use crate::map_type::{ALWAYS, MEMBER_OF};
+/// Findings remembered as said (beyond, every finding counts as a repeat).
+const MAX_REPORTED: usize = 1 << 16;
+
+/// A finding's identity: kind, device, variable or mapping, construct.
+type Said = (u8, i32, usize, usize);
 
 /// The checker's state, shared by all threads.
 pub struct Checker {
     mode: CheckMode,
     entries: Mutex<BTreeMap<(i32, usize), Entry>>,
-    /// (finding, device, mapping, construct) already reported.
-    reported: Mutex<HashSet<(u8, i32, usize, usize)>>,
+    /// (finding, device, variable name or mapping, construct) already said, and (finding,
+    /// device, mapping, construct) already found.
+    reported: Mutex<(HashSet<Said>, HashSet<Said>)>,
+    /// Mappings with a finding not printed because one like it was.
+    repeats: AtomicU64,
     advisor: Advisor,
     /// (device, host begin, bytes) → fingerprint of the bytes last copied there, kept
     /// after the mapping ends: the same bytes sent again could have stayed mapped.
@@ -93,7 +102,8 @@ impl Checker {
         (mode != CheckMode::Off).then(|| Checker {
             mode,
             entries: Mutex::new(BTreeMap::new()),
-            reported: Mutex::new(HashSet::new()),
+            reported: Mutex::new((HashSet::new(), HashSet::new())),
+            repeats: AtomicU64::new(0),
             advisor: Advisor::default(),
             sent: Mutex::new(HashMap::new()),
         })
@@ -108,8 +118,19 @@ impl Checker {
     }
 
     /// True the first time a finding is made for this mapping at this construct.
-    fn first_time(&self, kind: u8, device: i32, begin: usize, loc: Loc) -> bool {
-        self.reported.lock().insert((kind, device, begin, loc.0))
+    /// A finding is printed once per kind, construct and variable (the mapping's address when
+    /// it has no name): a loop that maps a new section each time says it once. Repeats are
+    /// counted and their number said at exit.
+    fn first_time(&self, kind: u8, e: &Entry, loc: Loc) -> bool {
+        let what = if report::var(e.name).is_some() { e.name } else { e.begin };
+        let mut r = self.reported.lock();
+        let (said, seen) = &mut *r;
+        let new_mapping = seen.len() < MAX_REPORTED && seen.insert((kind, e.device, e.begin, loc.0));
+        let new = said.len() < MAX_REPORTED && said.insert((kind, e.device, what, loc.0));
+        if !new && new_mapping {
+            self.repeats.fetch_add(1, Ordering::Relaxed);
+        }
+        new
     }
 
     /// The entry holding host range `[addr, addr+len)` on `device`.
@@ -372,7 +393,7 @@ impl Checker {
         }
         let Some(device) = read_device(dev, e.tgt, e.size) else { return };
         let lost = e.device_only_bytes(0, e.size, &device);
-        if lost == 0 || !self.first_time(finding::DISCARDED, e.device, e.begin, loc) {
+        if lost == 0 || !self.first_time(finding::DISCARDED, e, loc) {
             return;
         }
         let kernel = with_ctx(|c| c.map(|c| c.kernel.clone())).unwrap_or_default();
@@ -491,7 +512,7 @@ impl Checker {
     }
 
     fn kernel_finding(&self, kind: u8, e: &Entry, kernel: &str, loc: Loc) {
-        if !self.first_time(kind, e.device, e.begin, loc) {
+        if !self.first_time(kind, e, loc) {
             return;
         }
         let fortran = report::is_fortran(loc, e.name);
@@ -652,7 +673,7 @@ impl Checker {
                 if kind == TargetKind::Target || attachment_only || !e.explicit {
                     continue;
                 }
-                if !self.first_time(finding::LEAK, e.device, e.begin, made) {
+                if !self.first_time(finding::LEAK, e, made) {
                     continue;
                 }
                 let fortran = report::is_fortran(made, e.name);
@@ -672,6 +693,14 @@ impl Checker {
                     ),
                 );
             }
+        }
+        let repeats = self.repeats.swap(0, Ordering::Relaxed);
+        if repeats > 0 {
+            crate::info::emit(&format!(
+                "omptarget check: {repeats} more finding{} like the ones above not printed (each kind is said once per \
+                 variable and construct)\n",
+                if repeats == 1 { "" } else { "s" }
+            ));
         }
         let advice = if self.advising() { self.advisor.summary() } else { String::new() };
         if !advice.is_empty() {

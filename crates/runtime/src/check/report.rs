@@ -22,8 +22,15 @@ pub(super) fn hint_debug_info() -> &'static str {
 }
 
 /// A map name's fields: clang writes `;name;file;line;col;;`, flang `;file;name;line;col;;`.
+/// flang 22 writes a location from an included file as MLIR text
+/// (`loc(fused<…>["/src/inc.F90":236:18, …])`): its first quoted path is the file.
 fn parse_name(name: usize) -> Option<SourceLocation<'static>> {
     let mut l = SourceLocation::from_map_name(info::map_name(name)?);
+    for field in [&mut l.name, &mut l.file] {
+        if let Some(path) = field.strip_prefix("loc(").and_then(|t| t.split('"').nth(1)) {
+            *field = path;
+        }
+    }
     if source_file(l.name) && !source_file(l.file) {
         std::mem::swap(&mut l.name, &mut l.file);
     }
@@ -197,6 +204,17 @@ mod tests {
         for no in ["a", "a(3:10)", "a(f(1,2):3)", "a[0:n]", "a(", "a()"] {
             assert!(!multi_dim_section(no), "{no}");
         }
+    }
+
+    #[test]
+    fn flang_names_with_mlir_locations() {
+        let leak = |s: &str| Box::leak(std::ffi::CString::new(s).unwrap().into_boxed_c_str()).as_ptr() as usize;
+        let name =
+            leak(";loc(fused<#fir<loc_kind_array[ base]>>[\"/src/inc.F90\":236:18, \"/src/t.F90\":9:1]);probe;244;9;;");
+        assert_eq!(var(name), Some("probe"));
+        assert_eq!(file_of(&[name]), Some("/src/inc.F90"));
+        let plain = leak(";/src/t.f90;a(1:n);12;3;;");
+        assert_eq!((var(plain), file_of(&[plain])), (Some("a(1:n)"), Some("/src/t.f90")));
     }
 
     #[test]
