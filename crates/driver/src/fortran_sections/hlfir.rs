@@ -143,9 +143,9 @@ fn name_attr(op: &str) -> Option<&str> {
     Some(&rest[..rest.find('"')?])
 }
 
-/// `name` (`c(2:3,i,j)`) with the subscripts at `dims` written as ranges (`c(2:3,i:i,j)`), when
-/// its last parenthesised list has `rank` subscripts.
-fn as_ranges(name: &str, dims: &[usize], rank: usize) -> Option<String> {
+/// A section's spelling split into what is subscripted and its last parenthesised list of
+/// subscripts: `t%c(2:3,f(i,2),j)` → (`t%c`, [`2:3`, `f(i,2)`, `j`]).
+pub fn split_section(name: &str) -> Option<(&str, Vec<&str>)> {
     let body = name.strip_suffix(')')?;
     let mut depth = 0i32;
     let open = body.char_indices().rev().find_map(|(i, c)| {
@@ -171,6 +171,13 @@ fn as_ranges(name: &str, dims: &[usize], rank: usize) -> Option<String> {
         }
     }
     subs.push(&body[start..]);
+    Some((&body[..open], subs))
+}
+
+/// `name` (`c(2:3,i,j)`) with the subscripts at `dims` written as ranges (`c(2:3,i:i,j)`), when
+/// its last parenthesised list has `rank` subscripts.
+fn as_ranges(name: &str, dims: &[usize], rank: usize) -> Option<String> {
+    let (base, subs) = split_section(name)?;
     if subs.len() != rank || dims.iter().any(|&d| d >= rank || subs[d].contains(':')) {
         return None;
     }
@@ -179,7 +186,7 @@ fn as_ranges(name: &str, dims: &[usize], rank: usize) -> Option<String> {
         .enumerate()
         .map(|(d, s)| if dims.contains(&d) { format!("{s}:{s}") } else { s.to_string() })
         .collect();
-    Some(format!("{}{})", &body[..=open], subs.join(",")))
+    Some(format!("{base}({})", subs.join(",")))
 }
 
 /// The user's map type from `map_clauses(…)` (flang's names for alloc included).
@@ -409,6 +416,8 @@ mod tests {
         for bad in ["", ")", "c", "c(", "(((", "c)i,j("] {
             assert_eq!(as_ranges(bad, &[0], 1), None, "{bad}");
         }
+        let (base, subs) = split_section("y(2:int(size(y,dim=1),kind=4)-1,i,j)").unwrap();
+        assert_eq!((base, subs.len()), ("y", 3));
     }
 
     #[test]

@@ -151,7 +151,7 @@ fn explain(f: &Finding, major: u32, src: &str) -> String {
         format!("flang {major} computes where this section starts from the section's own extents")
     };
     let kind = if f.map_type.is_empty() { "…" } else { &f.map_type };
-    let whole = f.name.rsplit_once('(').map_or(f.name.as_str(), |(base, _)| base);
+    let whole = hlfir::split_section(&f.name).map_or(f.name.as_str(), |(base, _)| base);
     let fix = match &f.rewrite {
         Some(r) => format!("Write it `{r}` (the same elements, which flang lowers right), or map the whole array"),
         None if major <= 19 => format!(
