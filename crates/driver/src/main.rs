@@ -45,7 +45,8 @@ Inputs: C, C++ and Fortran sources (Fortran modules are compiled before their us
 (compiled for the host, as clang does; device code they carry is kept); objects and archives.
 Declare target analysis: --declare-target-report[=FILE] --declare-target-check --declare-target-filter
 (docs/declare-target.md). Fortran map sections that flang 19-22 would start at the wrong element
-are corrected (flang 20-22) or refused (flang 19): --fortran-section-check=fix|warn|off. Environment: OMPCC_CLANG, OMPCC_FLANG, OMPCC_RUNTIME_DIR.
+are corrected (flang 20-22) or refused (flang 19): --fortran-section-check=fix|warn|off.
+Environment: OMPCC_CLANG, OMPCC_FLANG, OMPCC_RUNTIME_DIR.
 See docs/ompcc.md.";
 
 /// Writes to stdout; a reader that went away (`ompcc --offload-list app | head -1`) ends the
