@@ -5,6 +5,7 @@
 //! * built as flang lowers them (`--fortran-section-check=off`) the checker reports the kernel's
 //!   out-of-bounds write, so what ompcc corrects is a real defect, not a false alarm;
 //! * flang 19 cannot be corrected: ompcc refuses them, naming each clause;
+//! * sections that are not contiguous in memory are refused with the section that covers them;
 //! * sections flang lowers right build without a word with both flang versions.
 
 use omp_e2e::{program, repo_root, run_with, scratch, Llvm};
@@ -117,7 +118,7 @@ fn sections_flang_lowers_right_build_silently() {
     for llvm in [Llvm::V19, Llvm::V22] {
         let (exe, o) = build(&dir, llvm, "sections_ok", &[]);
         assert!(o.status.success() && ompcc_lines(&o).is_empty(), "flang {}:\n{}", llvm.major(), text(&o.stderr));
-        assert_eq!(all_right(&exe, &ours(), &[("LIBOMPTARGET_CHECK", "bugs")]), 3);
+        assert_eq!(all_right(&exe, &ours(), &[("LIBOMPTARGET_CHECK", "bugs")]), 4);
     }
     // The rewrite ompcc suggests is right by itself: no correction needed, none made.
     let (exe, o) = build(&dir, Llvm::V22, "sections_ranges", &["-v"]);
@@ -160,4 +161,27 @@ fn a_section_flang_cannot_read_back_is_refused_with_the_rewrite() {
         assert!(e.contains("Write it `y(2:9,i:i,j)`"), "{e}");
     }
     assert!(!dir.join("d.o").exists());
+}
+
+#[test]
+fn sections_that_are_not_contiguous_are_refused_with_the_covering_section() {
+    let dir = scratch("fsec-nc");
+    for llvm in [Llvm::V19, Llvm::V22] {
+        let (_, o) = build(&dir, llvm, "noncontiguous", &[]);
+        assert!(!o.status.success(), "flang {}: built:\n{}", llvm.major(), text(&o.stderr));
+        let errors = ompcc_lines(&o);
+        assert_eq!(errors.len(), 2, "{errors:#?}");
+        for (e, (at, name, cover)) in
+            errors.iter().zip([("12:", "b(2,1:3)", "b(:,1:3)"), ("15:", "e(2,1:3)", "e(:,1:3)")])
+        {
+            assert!(e.contains(&format!("noncontiguous.f90:{at}")), "{e}");
+            assert!(e.contains(&format!("`{name}` is not contiguous in memory")), "{e}");
+            assert!(e.contains(&format!("covers it (`{cover}`)")), "{e}");
+        }
+    }
+    // Built anyway, the device writes past what was mapped: no false alarm.
+    let (exe, o) = build(&dir, Llvm::V22, "noncontiguous", &["--fortran-section-check=warn"]);
+    assert!(o.status.success() && ompcc_lines(&o).len() == 2, "{}", text(&o.stderr));
+    let r = run_with(&exe, &ours(), &[("LIBOMPTARGET_CHECK", "1")]);
+    assert!(text(&r.stderr).contains("omptarget check: out of bounds:"), "{}", text(&r.stderr));
 }

@@ -33,6 +33,15 @@ program sections_ok
   end do
   print '(a,i0)', 'explicit=', count(e /= want)
 
+  ! Whole columns of an explicit-shape array: contiguous.
+  e = -1
+  !$omp target map(tofrom: e(:, 2:3, 2))
+  e(:, 2:3, 2) = 4
+  !$omp end target
+  want = -1
+  want(:, 2:3, 2) = 4
+  print '(a,i0)', 'columns=', count(e /= want)
+
   ! Later subscripts at their lower bounds, and the whole array.
   a = 1
   !$omp target map(tofrom: a(2:n-1, 1, 1))

@@ -43,9 +43,19 @@ impl Lowering {
 /// A source place: file, line, column.
 pub type Place = (String, u32, u32);
 
-/// A map entry flang would start at the wrong element.
+/// What is wrong with a map entry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Problem {
+    /// flang would start it at the wrong element.
+    WrongStart,
+    /// It is not contiguous in memory: flang maps the run of elements from its first one.
+    NotContiguous,
+}
+
+/// A map entry flang would map wrongly.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Finding {
+    pub problem: Problem,
     /// Where the section is named (the map clause), when flang recorded it.
     pub place: Option<Place>,
     /// The section as flang records it for the runtime, e.g. `c(2:3,i,j)`.
@@ -55,7 +65,8 @@ pub struct Finding {
     /// Can the HLFIR be corrected (every shortened stride has the array's extent at hand)?
     pub fixable: bool,
     /// The same section written so that flang lowers it right, when there is one (flang 20–22:
-    /// each scalar subscript before the last as a range, `c(2:3,i:i,j)`).
+    /// each scalar subscript before the last as a range, `c(2:3,i:i,j)`); for a section that is
+    /// not contiguous, the contiguous one that covers it (`b(:,1:3)`).
     pub rewrite: Option<String>,
 }
 
@@ -68,13 +79,13 @@ pub struct Scan {
 
 /// One `omp.map.bounds`.
 #[derive(Debug, Clone)]
-struct Bound {
-    line: usize,
-    lb: String,
-    ub: String,
-    extent: String,
-    stride: String,
-    place: Option<Place>,
+pub(super) struct Bound {
+    pub line: usize,
+    pub lb: String,
+    pub ub: String,
+    pub extent: String,
+    pub stride: String,
+    pub place: Option<Place>,
 }
 
 /// A wrong entry, named once its parent (the descriptor's map, which follows it) is seen.
@@ -82,17 +93,30 @@ struct Pending {
     result: String,
     named: bool,
     finding: Finding,
-    scalars: Vec<usize>,
+    /// The dimensions the rewrite changes: to ranges (`i:i`), or to `:` (not contiguous).
+    dims: Vec<usize>,
     rank: usize,
+}
+
+impl Pending {
+    fn name(&mut self, name: &str, lowering: Lowering) {
+        self.named = true;
+        self.finding.name = name.to_string();
+        self.finding.rewrite = match self.finding.problem {
+            Problem::WrongStart if lowering == Lowering::BoundExtents => as_ranges(name, &self.dims, self.rank),
+            Problem::WrongStart => None,
+            Problem::NotContiguous => widened(name, &self.dims, self.rank),
+        };
+    }
 }
 
 /// The values the rules need, by SSA name. MLIR reuses names in sibling regions, so every entry
 /// is judged where it appears, against the most recent definition of each name: the one in scope.
 #[derive(Default)]
-struct Values {
-    consts: HashMap<String, i64>,
-    box_dims: HashSet<String>,
-    subi: HashMap<String, (String, String)>,
+pub(super) struct Values {
+    pub consts: HashMap<String, i64>,
+    pub box_dims: HashSet<String>,
+    pub subi: HashMap<String, (String, String)>,
 }
 
 impl Values {
@@ -189,6 +213,17 @@ fn as_ranges(name: &str, dims: &[usize], rank: usize) -> Option<String> {
     Some(format!("{base}({})", subs.join(",")))
 }
 
+/// `name` (`b(2,1:3)`) with the subscripts at `dims` written as `:` (`b(:,1:3)`), when its
+/// last parenthesised list has `rank` subscripts.
+fn widened(name: &str, dims: &[usize], rank: usize) -> Option<String> {
+    let (base, subs) = split_section(name)?;
+    if subs.len() != rank || dims.iter().any(|&d| d >= rank) {
+        return None;
+    }
+    let subs: Vec<&str> = subs.iter().enumerate().map(|(d, s)| if dims.contains(&d) { ":" } else { s }).collect();
+    Some(format!("{base}({})", subs.join(",")))
+}
+
 /// The user's map type from `map_clauses(…)` (flang's names for alloc included).
 fn map_type(op: &str) -> String {
     let Some(i) = op.find("map_clauses(") else { return String::new() };
@@ -243,24 +278,31 @@ pub fn scan(text: &str, lowering: Lowering) -> Scan {
             };
             bounds.insert(result.to_string(), b);
         } else if op.starts_with("omp.map.info ") {
-            if op.contains("var_ptr_ptr(") && op.contains("bounds(") {
-                let names = operand_list(op, "bounds");
-                let list: Vec<&Bound> = names.iter().filter_map(|b| bounds.get(b)).collect();
-                if list.len() == names.len() && list.len() >= 2 {
-                    if let Some(p) = judge(&list, &values, lowering, &lines, &mut patches) {
-                        let finding = Finding { map_type: map_type(op), ..p.finding };
-                        pending.push(Pending { result: result.to_string(), finding, ..p });
+            let names = operand_list(op, "bounds");
+            let list: Vec<&Bound> = names.iter().filter_map(|b| bounds.get(b)).collect();
+            if list.len() == names.len() && list.len() >= 2 {
+                let place = list[0].place.clone();
+                let found = match super::contiguous::widen(&list, &values) {
+                    Some(dims) => Some((Problem::NotContiguous, false, dims)),
+                    None if op.contains("var_ptr_ptr(") => judge(&list, &values, lowering, &lines, &mut patches)
+                        .map(|(fixable, dims)| (Problem::WrongStart, fixable, dims)),
+                    None => None,
+                };
+                if let Some((problem, fixable, dims)) = found {
+                    let name = "an array section".to_string();
+                    let finding = Finding { problem, place, name, map_type: map_type(op), fixable, rewrite: None };
+                    let mut p = Pending { result: result.to_string(), named: false, finding, dims, rank: list.len() };
+                    // An entry with no descriptor is named by itself; one with, by its parent.
+                    if let Some(own) = name_attr(op).filter(|s| !s.is_empty() && !op.contains("var_ptr_ptr(")) {
+                        p.name(own, lowering);
                     }
+                    pending.push(p);
                 }
             }
             if let Some(name) = name_attr(op).filter(|s| !s.is_empty()) {
                 for m in operand_list(op, "members") {
                     if let Some(p) = pending.iter_mut().rev().find(|p| p.result == m && !p.named) {
-                        p.named = true;
-                        p.finding.name = name.to_string();
-                        if lowering == Lowering::BoundExtents {
-                            p.finding.rewrite = as_ranges(name, &p.scalars, p.rank);
-                        }
+                        p.name(name, lowering);
                     }
                 }
             }
@@ -285,15 +327,16 @@ pub fn scan(text: &str, lowering: Lowering) -> Scan {
     out
 }
 
-/// Judges one entry's bounds (first dimension first): `None` when `lowering` gets its start
-/// right; else the finding (unnamed yet), with the corrections of its bounds added to `patches`.
+/// Judges the start of one descriptor entry's section (bounds first dimension first): `None`
+/// when `lowering` gets it right; else whether it can be corrected (the corrections of its
+/// bounds added to `patches`) and its scalar subscripts before the last.
 fn judge(
     list: &[&Bound],
     values: &Values,
     lowering: Lowering,
     lines: &[&str],
     patches: &mut HashMap<usize, String>,
-) -> Option<Pending> {
+) -> Option<(bool, Vec<usize>)> {
     let array_extent = |b: &Bound| values.box_field(&b.extent, '1').is_some();
     let wrong = match lowering {
         Lowering::FirstDimOnly => list.iter().skip(1).any(|b| !values.is_zero(&b.lb)),
@@ -319,9 +362,7 @@ fn judge(
             }
         }
     }
-    let name = "an array section".to_string();
-    let finding = Finding { place: list[0].place.clone(), name, map_type: String::new(), fixable, rewrite: None };
-    Some(Pending { result: String::new(), named: false, finding, scalars, rank: list.len() })
+    Some((fixable, scalars))
 }
 
 #[cfg(test)]
@@ -359,6 +400,7 @@ mod tests {
         assert_eq!(
             s.findings,
             vec![Finding {
+                problem: Problem::WrongStart,
                 place: Some(("/src/c.f90".into(), 9, 21)),
                 name: "c(2:3,i,j)".into(),
                 map_type: "from".into(),

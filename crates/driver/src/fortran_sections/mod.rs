@@ -7,12 +7,13 @@
 //! HLFIR where it can (flang 20–22) and stops with an error where it cannot (flang 19).
 //! See docs/ompcc.md, "Fortran array sections".
 
+mod contiguous;
 pub mod hlfir;
 
 use crate::error::{Error, Result};
 use crate::exec::{Cmd, Runner};
 use crate::toolchain::Tool;
-use hlfir::{Finding, Lowering};
+use hlfir::{Finding, Lowering, Problem};
 use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
@@ -145,6 +146,17 @@ fn first_error(stderr: &[u8]) -> String {
 
 /// The error (or warning) text for a section ompcc cannot correct.
 fn explain(f: &Finding, major: u32, src: &str) -> String {
+    if f.problem == Problem::NotContiguous {
+        let cover = f.rewrite.as_deref().map_or(String::new(), |r| format!(" (`{r}`)"));
+        return format!(
+            "{}: `{}` is not contiguous in memory, as OpenMP requires of a mapped section: flang {major} maps as many \
+             elements as it names, but in a row from its first one, so the device gets other elements than the ones \
+             named (unless each dimension given one subscript holds one element). Map a contiguous section that covers \
+             it{cover}, or the whole array; --fortran-section-check=warn builds it anyway",
+            at(f, src),
+            f.name,
+        );
+    }
     let how = if major <= 19 {
         format!("flang {major} takes a section's first element from its first subscript alone")
     } else {
@@ -270,6 +282,7 @@ mod tests {
     #[test]
     fn places_name_the_source_as_given() {
         let f = Finding {
+            problem: Problem::WrongStart,
             place: Some(("/abs/dir/a.f90".into(), 9, 21)),
             name: "c(2:3,i,j)".into(),
             map_type: "from".into(),
@@ -284,6 +297,10 @@ mod tests {
         let f = Finding { rewrite: Some("c(2:3,i:i,j)".into()), ..f };
         let e = explain(&f, 22, "dir/a.f90");
         assert!(e.contains("flang 22 computes") && e.contains("Write it `c(2:3,i:i,j)`"), "{e}");
+        let f =
+            Finding { problem: Problem::NotContiguous, name: "b(2,1:3)".into(), rewrite: Some("b(:,1:3)".into()), ..f };
+        let e = explain(&f, 22, "dir/a.f90");
+        assert!(e.contains("`b(2,1:3)` is not contiguous in memory") && e.contains("covers it (`b(:,1:3)`)"), "{e}");
     }
 
     #[test]
