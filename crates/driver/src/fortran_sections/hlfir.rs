@@ -241,7 +241,7 @@ fn map_type(op: &str) -> String {
 }
 
 /// Scans HLFIR printed with `-mlir-print-debuginfo` for map entries that `lowering` would start
-/// at the wrong element.
+/// at the wrong element, and for sections that are not contiguous.
 pub fn scan(text: &str, lowering: Lowering) -> Scan {
     let aliases = crate::declare_target::fortran::loc_aliases(text);
     let mut values = Values::default();
@@ -251,11 +251,15 @@ pub fn scan(text: &str, lowering: Lowering) -> Scan {
     let lines: Vec<&str> = text.lines().collect();
     for (n, line) in lines.iter().enumerate() {
         let Some((result, op)) = definition(line) else { continue };
+        // A name defined again (in a sibling region) means only what it means now.
+        values.consts.remove(result);
+        values.box_dims.remove(result);
+        values.subi.remove(result);
+        bounds.remove(result);
         if let Some(v) = op.strip_prefix("arith.constant ") {
-            match v.split(" : ").next().unwrap_or("").trim().parse::<i64>() {
-                Ok(c) => values.consts.insert(result.to_string(), c),
-                Err(_) => values.consts.remove(result),
-            };
+            if let Ok(c) = v.split(" : ").next().unwrap_or("").trim().parse::<i64>() {
+                values.consts.insert(result.to_string(), c);
+            }
         } else if op.starts_with("fir.box_dims ") {
             values.box_dims.insert(result.to_string());
         } else if let Some(v) = op.strip_prefix("arith.subi ") {
@@ -415,6 +419,18 @@ mod tests {
         assert_eq!(fixed.lines().count(), hlfir("%c1", "%44").lines().count());
         // Corrected HLFIR is clean.
         assert!(scan(&fixed, Lowering::BoundExtents).findings.is_empty());
+    }
+
+    #[test]
+    fn a_name_defined_again_means_only_its_new_value() {
+        // `%31` was a `fir.box_dims` in an earlier region; here it is something else, so
+        // `extent(%31#1)` is not the array's extent.
+        let text = hlfir("%31#1", "%44").replace(
+            "    %36 = arith.subi %35, %31#0",
+            "    %31:2 = hlfir.declare %9 : (index) -> (index, index)\n    %36 = arith.subi %35, %31#0",
+        );
+        assert_eq!(scan(&text, Lowering::BoundExtents).findings.len(), 1);
+        assert!(scan(&hlfir("%31#1", "%44"), Lowering::BoundExtents).findings.is_empty());
     }
 
     #[test]
