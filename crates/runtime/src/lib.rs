@@ -183,9 +183,7 @@ impl Runtime {
         }
         if let Some(c) = &self.checker {
             let dev = match *ev {
-                trace::Event::Transfer { device, .. } | trace::Event::MapRemoved { device, .. } => {
-                    self.devices.read().get(device.max(0) as usize).cloned()
-                }
+                trace::Event::Transfer { device, .. } | trace::Event::MapRemoved { device, .. } => self.device(device),
                 _ => None,
             };
             c.event(ev, dev.as_deref());

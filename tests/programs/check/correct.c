@@ -4,7 +4,8 @@
 
 // Correct mappings the checker must stay silent about: host changes that are updated,
 // device results copied back, scratch buffers, kernels that only overwrite data whose
-// host copy changed, partial updates, pointer members attached, reused mappings.
+// host copy changed, partial updates, pointer members attached, reused mappings, results
+// deleted on purpose.
 struct vec { int n; double *v; };
 
 int main(void) {
@@ -42,6 +43,11 @@ int main(void) {
 #pragma omp target map(always, to: a[0:N]) firstprivate(k)
     for (int i = 0; i < N; ++i) a[i] += k;
   }
+  // Device results thrown away on purpose: `delete`.
+#pragma omp target enter data map(to: tmp[0:N])
+#pragma omp target
+  for (int i = 0; i < N; ++i) tmp[i] *= 2;
+#pragma omp target exit data map(delete: tmp[0:N])
   printf("a[0]=%.0f a[1]=%.0f b[10]=%.0f s=%.0f\n", a[0], a[1], b[10], s);
   free(a); free(b); free(tmp);
   return 0;

@@ -247,7 +247,7 @@ impl Checker {
                     e.forget(s, s + bytes);
                 }
             }
-            Event::Alloc { bytes, name, .. } => {
+            Event::Alloc { bytes, name, .. } if self.advising() => {
                 if let Some((_, loc)) = current() {
                     self.advisor.note(Waste::RepeatedAlloc, loc, name, bytes, Duration::ZERO);
                 }
@@ -362,7 +362,9 @@ impl Checker {
                 if dir == Direction::ToDevice && !compilers_copy {
                     e.meaningful = true;
                     e.copied_at = loc;
-                    for p in e.pages_for(s, end) {
+                    // Whether a kernel reads them only a device that tracks accesses can tell.
+                    let tracked = dev.is_some_and(|d| d.dev.tracks_accesses());
+                    for p in e.pages_for(s, end).filter(|_| tracked) {
                         e.unread[p] = true;
                     }
                 }
@@ -378,7 +380,7 @@ impl Checker {
     /// alone holds are lost.
     fn mapping_ended(&self, e: &Entry, dev: &DeviceCtx) {
         let loc = current().map_or(Loc::NONE, |c| c.1);
-        let unread = e.unread.iter().filter(|&&u| u).count();
+        let unread = if self.advising() { e.unread.iter().filter(|&&u| u).count() } else { 0 };
         if unread > 0 {
             self.advisor.note(
                 Waste::UnreadToDevice,
@@ -434,7 +436,10 @@ impl Checker {
         if !dev.dev.tracks_accesses() {
             return dev.dev.launch(kernel, args, config);
         }
-        let mut plan: HashMap<usize, ((i32, usize), usize, Why)> = HashMap::new();
+        // Page → (mapping key, its device address, page index, why watched).
+        let mut plan: HashMap<usize, ((i32, usize), usize, usize, Why)> = HashMap::new();
+        // Pages left unwatched by the bound: what the kernel does there is unknown.
+        let mut unwatched: Vec<((i32, usize), usize)> = Vec::new();
         {
             let entries = self.entries.lock();
             for (&key, e) in entries.range((dev.id, 0)..=(dev.id, usize::MAX)) {
@@ -445,9 +450,12 @@ impl Checker {
                 let first_page = e.first_page();
                 let mut watch = |i: usize, f: &dyn Fn(&mut Why)| {
                     let page = first_page + i * TRACK_PAGE;
-                    // Bounded: beyond it, pages go unwatched (missed findings, never false ones).
+                    // Bounded: beyond it, pages go unwatched and are taken as written and read
+                    // after the kernel (missed findings, never false ones).
                     if plan.len() < MAX_WATCHED_PAGES || plan.contains_key(&page) {
-                        f(&mut plan.entry(page).or_insert((key, i, Why::default())).2);
+                        f(&mut plan.entry(page).or_insert((key, e.tgt, i, Why::default())).3);
+                    } else {
+                        unwatched.push((key, i));
                     }
                 };
                 if self.findings() {
@@ -468,19 +476,24 @@ impl Checker {
             Ok(accesses) => {
                 let mut entries = self.entries.lock();
                 let mut found: Vec<(u8, (i32, usize), usize)> = Vec::new();
+                for (key, i) in unwatched {
+                    if let Some(e) = entries.get_mut(&key).filter(|e| i < e.init.len()) {
+                        e.init[i] = true;
+                        e.unread[i] = false;
+                    }
+                }
                 for a in accesses {
-                    let Some(&(key, i, why)) = plan.get(&a.page) else { continue };
-                    let Some(e) = entries.get_mut(&key) else { continue };
+                    let Some(&(key, tgt, i, why)) = plan.get(&a.page) else { continue };
+                    // Another thread may have unmapped and mapped the range anew meanwhile.
+                    let Some(e) = entries.get_mut(&key).filter(|e| e.tgt == tgt && i < e.init.len()) else { continue };
                     if a.read_first && why.changed {
                         found.push((finding::STALE, key, i));
                     }
                     if a.read_first && why.uninit && !e.init[i] {
                         found.push((finding::UNINIT, key, i));
                     }
-                    if why.unread && !a.read_first && a.written {
-                        let (s, t) = e.page_span(i);
-                        self.advisor.note(Waste::UnreadToDevice, e.copied_at, e.name, t - s, Duration::ZERO);
-                    }
+                    // A page the kernel wrote first may still have been read (`x += 1` faults as a
+                    // write): only pages no kernel touched count as unread.
                     e.unread[i] = false;
                     if a.written {
                         e.init[i] = true;
