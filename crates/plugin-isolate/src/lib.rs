@@ -720,9 +720,13 @@ impl Device for IsolateDevice {
             return self.launch_untracked(kernel, args, config).map(|_| Vec::new());
         };
         let _one = self.shared.tracked_launch.lock();
-        let prepared = arena.prepare(watch);
+        // Without a control block the worker would not open the memory allocated since the
+        // last launch: the kernel would fault on it.
+        let prepared = arena.prepare(watch).ok_or_else(|| {
+            PluginError::out_of_memory("device memory is too full for the checker's record of this launch")
+        })?;
         self.launch_untracked(kernel, args, config)?;
-        Ok(prepared.map(|p| arena.accesses(&p)).unwrap_or_default())
+        Ok(arena.accesses(&prepared))
     }
 
     fn last_fault(&self) -> Option<Fault> {

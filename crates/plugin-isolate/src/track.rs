@@ -98,6 +98,9 @@ pub fn start_in_worker(base: usize, size: usize) -> std::io::Result<()> {
     Ok(())
 }
 
+/// `si_code` of a SIGSEGV on a page whose protection forbids the access (Linux `SEGV_ACCERR`).
+const SEGV_ACCERR: i32 = 2;
+
 extern "C" fn on_fault(sig: i32, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
     // SAFETY: the kernel passes a valid siginfo_t and ucontext_t to an SA_SIGINFO handler.
     let (addr, write) = unsafe {
@@ -105,8 +108,12 @@ extern "C" fn on_fault(sig: i32, info: *mut libc::siginfo_t, ctx: *mut libc::c_v
         let uc = &*(ctx as *const libc::ucontext_t);
         (addr, uc.uc_mcontext.gregs[libc::REG_ERR as usize] & 2 != 0)
     };
+    // SAFETY: as above.
+    let access_fault = sig == libc::SIGSEGV && unsafe { (*info).si_code } == SEGV_ACCERR;
     let watch = WATCH.load(Ordering::Acquire);
-    if !watch.is_null() {
+    // Only a protection fault can be a watched page's first access; anything else (SIGBUS, an
+    // unmapped address) would fault again after the page was opened.
+    if !watch.is_null() && access_fault {
         // SAFETY: a non-null WATCH points to the Watch of the running kernel, which stays
         // alive until the kernel has ended (the worker swaps it out only then).
         let w = unsafe { &*watch };

@@ -349,6 +349,11 @@ static CAPTURE: std::sync::OnceLock<Arc<Capture>> = std::sync::OnceLock::new();
 
 /// At the worker's exit (also a kernel's `exit()`): what was printed goes to the parent.
 extern "C" fn drain_at_exit() {
+    // A process a kernel forked shares the capture but is not the worker: it must not take
+    // the worker's output (nor its locks, which another thread may have held at the fork).
+    if FORKED.load(Ordering::Relaxed) {
+        return;
+    }
     // SAFETY: fflush(NULL) flushes every open output stream; it takes no pointer of ours.
     unsafe { libc::fflush(std::ptr::null_mut()) };
     if let Some(c) = CAPTURE.get() {

@@ -89,31 +89,3 @@ pub fn describe_exit(status: std::process::ExitStatus) -> String {
         format!("exited with status {}", status.code().unwrap_or(-1))
     }
 }
-
-/// Runs `f` (a write to a pipe that may be broken) with SIGPIPE blocked on this thread;
-/// a SIGPIPE that `f` raised is taken out of the thread's pending set before the mask is
-/// restored, so the write's `EPIPE` is the only trace of it.
-pub fn without_sigpipe<R>(f: impl FnOnce() -> io::Result<R>) -> io::Result<R> {
-    // SAFETY: sigset_t is plain data, initialised by sigemptyset before use.
-    let mut pipe: libc::sigset_t = unsafe { std::mem::zeroed() };
-    // SAFETY: as above.
-    let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
-    // SAFETY: the sets are valid for writing; pthread_sigmask changes this thread's mask only.
-    let blocked = unsafe {
-        libc::sigemptyset(&mut pipe);
-        libc::sigaddset(&mut pipe, libc::SIGPIPE);
-        libc::pthread_sigmask(libc::SIG_BLOCK, &pipe, &mut old) == 0
-    };
-    let r = f();
-    if blocked {
-        if matches!(&r, Err(e) if e.kind() == io::ErrorKind::BrokenPipe) {
-            let zero = libc::timespec { tv_sec: 0, tv_nsec: 0 };
-            // SAFETY: `pipe` is initialised; sigtimedwait with a zero timeout only takes a
-            // pending SIGPIPE (the one our write raised) off this thread, or returns -1.
-            while unsafe { libc::sigtimedwait(&pipe, std::ptr::null_mut(), &zero) } == libc::SIGPIPE {}
-        }
-        // SAFETY: `old` is the mask pthread_sigmask returned above.
-        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
-    }
-    r
-}
