@@ -1,15 +1,15 @@
 ! Sections of allocatable and pointer arrays in map clauses with a scalar subscript before one
 ! that moves: flang 19-22 compute their first element wrongly (docs/ompcc.md, "Fortran array
 ! sections"); ompcc corrects flang 22's lowering and refuses flang 19's.
-! Prints `<case>=<number of wrong elements>` for four cases; every count must be 0.
+! Prints `<case>=<number of wrong elements>` for five cases; every count must be 0.
 program sections
   implicit none
   integer, parameter :: n = 12, m = 4
-  integer, allocatable :: a(:,:,:), b(:,:,:)
+  integer, allocatable :: a(:,:,:), b(:,:,:), h(:,:,:)
   integer, pointer :: p(:,:,:)
   integer, target :: store(n, n, m)
-  integer :: want(n, n, m), sums(n, m), i, j, k
-  allocate(a(n, n, m), b(n, n, m))
+  integer :: want(n, n, m), sums(n, m), wh(0:n-1, 0:n-1, 0:1), i, j, k
+  allocate(a(n, n, m), b(n, n, m), h(0:n-1, 0:n-1, 0:1))
   p => store
 
   ! from: each kernel writes one column section, which only the data region copies back.
@@ -83,4 +83,17 @@ program sections
     end do
   end do
   print '(a,i0)', 'update=', count(b /= want)
+
+  ! Lower bounds 0: `h(2:3, i, 0)` is the first plane, `h(2:3, i, 1)` is not.
+  h = -1
+  do i = 0, n - 1
+    !$omp target map(tofrom: h(2:3, i, 1))
+    h(2:3, i, 1) = i
+    !$omp end target
+  end do
+  wh = -1
+  do i = 0, n - 1
+    wh(2:3, i, 1) = i
+  end do
+  print '(a,i0)', 'lbound0=', count(h /= wh)
 end program sections

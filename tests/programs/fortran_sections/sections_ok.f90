@@ -4,7 +4,7 @@ program sections_ok
   implicit none
   integer, parameter :: n = 12, m = 4
   integer, allocatable :: v(:), a(:,:,:)
-  integer :: e(n, n, m), want(n, n, m), i, j, k
+  integer :: e(n, n, m), want(n, n, m), one(1, 5), i, j, k
   allocate(v(n), a(n, n, m))
 
   ! 1-D sections of an allocatable array.
@@ -41,6 +41,13 @@ program sections_ok
   want = -1
   want(:, 2:3, 2) = 4
   print '(a,i0)', 'columns=', count(e /= want)
+
+  ! A row of an array with one row: contiguous.
+  one = 1
+  !$omp target map(tofrom: one(1, 2:4))
+  one(1, 2:4) = 6
+  !$omp end target
+  print '(a,i0)', 'one_row=', count(one(1, :) /= [1, 6, 6, 6, 1])
 
   ! Later subscripts at their lower bounds, and the whole array.
   a = 1

@@ -8,11 +8,22 @@
 use super::hlfir::{Bound, Values};
 
 /// The dimensions to write as `:` for a contiguous section that covers `list` (first
-/// dimension first), or `None` when `list` is contiguous or not certainly otherwise.
-pub(super) fn widen(list: &[&Bound], v: &Values) -> Option<Vec<usize>> {
+/// dimension first), and whether that is certain, or `None` when `list` is contiguous or not
+/// certainly otherwise. `shape` is the array's extents where its type gives them: a scalar
+/// subscript in a dimension of extent 1 leaves nothing out; where the extent is not known
+/// (allocatable, pointer, assumed-shape arrays) the section is only probably not contiguous.
+pub(super) fn widen(list: &[&Bound], v: &Values, shape: &[Option<i64>]) -> Option<(Vec<usize>, bool)> {
     let last_multi = (1..list.len()).rev().find(|&k| length(list[k], v).is_some_and(|n| n > 1))?;
-    let dims: Vec<usize> = (0..last_multi).filter(|&d| partial(list[d], v)).collect();
-    (!dims.is_empty()).then_some(dims)
+    let extent = |d: usize| shape.get(d).copied().flatten();
+    let dims: Vec<usize> = (0..last_multi).filter(|&d| partial(list[d], v) && extent(d) != Some(1)).collect();
+    let certain = dims.iter().all(|&d| list[d].lb != list[d].ub || extent(d).is_some_and(|n| n > 1));
+    (!dims.is_empty()).then_some((dims, certain))
+}
+
+/// The extents in an op's first `!fir.array<AxBx…xT>` type (`None` for `?`).
+pub(super) fn shape(op: &str) -> Vec<Option<i64>> {
+    let Some(i) = op.find("!fir.array<") else { return Vec::new() };
+    op[i + 11..].split('x').map_while(|d| if d == "?" { Some(None) } else { d.parse().ok().map(Some) }).collect()
 }
 
 /// How many elements a bound certainly holds: both bounds constants, or both a constant minus
@@ -72,10 +83,22 @@ mod tests {
         let v = values();
         // b(2,1:3) of an allocatable: a scalar, then three elements.
         let (row, cols) = (bound("%s", "%s", "%c1"), bound("%l", "%u", "%b#1"));
-        assert_eq!(widen(&[&row, &cols], &v), Some(vec![0]));
+        assert_eq!(widen(&[&row, &cols], &v, &[None, None]), Some((vec![0], false)));
+        // The same in an explicit-shape e(4,5): certain.
+        assert_eq!(widen(&[&row, &cols], &v, &[Some(4), Some(5)]), Some((vec![0], true)));
         // e(1:2,1:3) of an explicit-shape e(4,5): a partial range, then three elements.
         let (part, cols) = (bound("%c0", "%c1", "%c4"), bound("%c0", "%c2", "%c5"));
-        assert_eq!(widen(&[&part, &cols], &v), Some(vec![0]));
+        assert_eq!(widen(&[&part, &cols], &v, &[]), Some((vec![0], true)));
+    }
+
+    #[test]
+    fn a_dimension_of_extent_one_leaves_nothing_out() {
+        // b(1,1:3) of b(1,5): contiguous.
+        let (row, cols) = (bound("%s", "%s", "%c1"), bound("%c0", "%c2", "%c5"));
+        assert_eq!(widen(&[&row, &cols], &values(), &[Some(1), Some(5)]), None);
+        assert_eq!(shape("var_ptr(%3 : !fir.ref<!fir.array<1x5xi32>>, !fir.array<1x5xi32>)"), [Some(1), Some(5)]);
+        assert_eq!(shape("var_ptr(%3 : !fir.ref<!fir.box<!fir.heap<!fir.array<?x?xf64>>>>"), [None, None]);
+        assert_eq!(shape("no type"), []);
     }
 
     #[test]
@@ -83,13 +106,13 @@ mod tests {
         let v = values();
         let single = bound("%s", "%s", "%c1");
         // e(:,1:3): the first dimension whole.
-        assert_eq!(widen(&[&bound("%c0", "%c3", "%c4"), &bound("%c0", "%c2", "%c5")], &v), None);
+        assert_eq!(widen(&[&bound("%c0", "%c3", "%c4"), &bound("%c0", "%c2", "%c5")], &v, &[]), None);
         // b(2:3,j): the last dimension a single element.
-        assert_eq!(widen(&[&bound("%l", "%u", "%b#1"), &single], &v), None);
+        assert_eq!(widen(&[&bound("%l", "%u", "%b#1"), &single], &v, &[]), None);
         // b(2,j1:j2): how many columns is not known.
-        assert_eq!(widen(&[&single, &bound("%j1", "%j2", "%b#1")], &v), None);
+        assert_eq!(widen(&[&single, &bound("%j1", "%j2", "%b#1")], &v, &[]), None);
         // b(1:3,2:3) of an allocatable: whether 1:3 is the whole column is not known.
-        assert_eq!(widen(&[&bound("%l", "%u", "%b#1"), &bound("%c1", "%c2", "%b#1")], &v), None);
-        assert_eq!(widen(&[], &v), None);
+        assert_eq!(widen(&[&bound("%l", "%u", "%b#1"), &bound("%c1", "%c2", "%b#1")], &v, &[]), None);
+        assert_eq!(widen(&[], &v, &[]), None);
     }
 }

@@ -50,6 +50,9 @@ pub enum Problem {
     WrongStart,
     /// It is not contiguous in memory: flang maps the run of elements from its first one.
     NotContiguous,
+    /// The same unless a dimension given a single subscript has extent 1 (not known here):
+    /// said as a warning.
+    ProbablyNotContiguous,
 }
 
 /// A map entry flang would map wrongly.
@@ -105,7 +108,7 @@ impl Pending {
         self.finding.rewrite = match self.finding.problem {
             Problem::WrongStart if lowering == Lowering::BoundExtents => as_ranges(name, &self.dims, self.rank),
             Problem::WrongStart => None,
-            Problem::NotContiguous => widened(name, &self.dims, self.rank),
+            Problem::NotContiguous | Problem::ProbablyNotContiguous => widened(name, &self.dims, self.rank),
         };
     }
 }
@@ -286,10 +289,13 @@ pub fn scan(text: &str, lowering: Lowering) -> Scan {
             let list: Vec<&Bound> = names.iter().filter_map(|b| bounds.get(b)).collect();
             if list.len() == names.len() && list.len() >= 2 {
                 let place = list[0].place.clone();
-                let found = match super::contiguous::widen(&list, &values) {
-                    Some(dims) => Some((Problem::NotContiguous, false, dims)),
+                let shape = super::contiguous::shape(op);
+                let found = match super::contiguous::widen(&list, &values, &shape) {
+                    Some((dims, true)) => Some((Problem::NotContiguous, false, dims)),
+                    Some((dims, false)) => Some((Problem::ProbablyNotContiguous, false, dims)),
                     None if op.contains("var_ptr_ptr(") => judge(&list, &values, lowering, &lines, &mut patches)
-                        .map(|(fixable, dims)| (Problem::WrongStart, fixable, dims)),
+                        .filter(|j| j.2)
+                        .map(|(fixable, dims, _)| (Problem::WrongStart, fixable, dims)),
                     None => None,
                 };
                 if let Some((problem, fixable, dims)) = found {
@@ -320,7 +326,8 @@ pub fn scan(text: &str, lowering: Lowering) -> Scan {
             out.findings.push(p.finding);
         }
     }
-    if !out.findings.is_empty() && out.findings.iter().all(|f| f.fixable) {
+    let to_correct = out.findings.iter().filter(|f| f.problem != Problem::ProbablyNotContiguous);
+    if !patches.is_empty() && to_correct.clone().all(|f| f.fixable) {
         let mut s = String::with_capacity(text.len() + 64);
         for (n, line) in lines.iter().enumerate() {
             s.push_str(patches.get(&n).map_or(line, String::as_str));
@@ -333,28 +340,32 @@ pub fn scan(text: &str, lowering: Lowering) -> Scan {
 
 /// Judges the start of one descriptor entry's section (bounds first dimension first): `None`
 /// when `lowering` gets it right; else whether it can be corrected (the corrections of its
-/// bounds added to `patches`) and its scalar subscripts before the last.
+/// bounds added to `patches`), its scalar subscripts before the last, and whether to report
+/// it (a literal subscript `1` is taken as the lower bound there: corrected, not reported).
 fn judge(
     list: &[&Bound],
     values: &Values,
     lowering: Lowering,
     lines: &[&str],
     patches: &mut HashMap<usize, String>,
-) -> Option<(bool, Vec<usize>)> {
+) -> Option<(bool, Vec<usize>, bool)> {
     let array_extent = |b: &Bound| values.box_field(&b.extent, '1').is_some();
-    let wrong = match lowering {
-        Lowering::FirstDimOnly => list.iter().skip(1).any(|b| !values.is_zero(&b.lb)),
-        Lowering::BoundExtents => {
-            (1..list.len()).any(|k| !values.is_zero(&list[k].lb) && list[..k].iter().any(|d| !array_extent(d)))
-        }
+    let shortened = |zero: &dyn Fn(&str) -> bool| {
+        (1..list.len()).any(|k| !zero(&list[k].lb) && list[..k].iter().any(|d| !array_extent(d)))
     };
-    if !wrong {
+    // Reported when wrong for an array whose lower bounds are 1; corrected whenever the
+    // correction could matter at all (it changes nothing where the start was right).
+    let (wrong, correct) = match lowering {
+        Lowering::FirstDimOnly => (list.iter().skip(1).any(|b| !values.is_zero(&b.lb)), false),
+        Lowering::BoundExtents => (shortened(&|v| values.is_zero(v)), shortened(&|v| values.consts.get(v) == Some(&0))),
+    };
+    if !wrong && !correct {
         return None;
     }
     let last = list.len() - 1;
     let scalars: Vec<usize> = (0..last).filter(|&d| list[d].lb == list[d].ub && !array_extent(list[d])).collect();
     let mut fixable = lowering == Lowering::BoundExtents;
-    if fixable {
+    if correct {
         for d in list[..last].iter().filter(|d| !array_extent(d)) {
             match values.box_field(&d.stride, '2') {
                 Some(bx) if d.lb == d.ub => {
@@ -366,7 +377,7 @@ fn judge(
             }
         }
     }
-    Some((fixable, scalars))
+    Some((fixable, scalars, wrong))
 }
 
 #[cfg(test)]

@@ -87,14 +87,23 @@ pub fn host_front_end(fe: &FrontEnd) -> Result<bool> {
             .map_err(|e| Error::new(format!("cannot read {}: {e}", fe.hlfir.display())))?,
     };
     let scan = hlfir::scan(&text, lowering);
-    if scan.findings.is_empty() {
+    if scan.findings.is_empty() && scan.corrected.is_none() {
         return Ok(false);
     }
 
     let major = fe.tool.major;
-    let unfixable: Vec<&Finding> = scan.findings.iter().filter(|f| !f.fixable).collect();
+    // A section that is probably not contiguous is a warning: its array may have a dimension
+    // of extent 1 there.
+    for f in scan.findings.iter().filter(|f| f.problem == Problem::ProbablyNotContiguous) {
+        eprintln!("ompcc: warning: {}", explain(f, major, fe.src));
+    }
+    let unfixable: Vec<&Finding> =
+        scan.findings.iter().filter(|f| !f.fixable && f.problem != Problem::ProbablyNotContiguous).collect();
     if !unfixable.is_empty() {
         return refuse(fe, &unfixable);
+    }
+    if scan.findings.iter().all(|f| f.problem == Problem::ProbablyNotContiguous) && scan.corrected.is_none() {
+        return Ok(false);
     }
     let Some(corrected) = scan.corrected else { return Ok(false) };
     for f in &scan.findings {
@@ -104,11 +113,11 @@ pub fn host_front_end(fe: &FrontEnd) -> Result<bool> {
         .map_err(|e| Error::new(format!("cannot write {}: {e}", fe.corrected.display())))?;
 
     // 2. The host bitcode from the corrected HLFIR. The source's own diagnostics came with step 1.
-    let _ = std::io::stderr().lock().write_all(&out.stderr);
     let mut bc = Cmd::new(prog.clone(), format!("{}: host compile (corrected map sections)", fe.src));
     bc.args(from_mlir(args, fe.corrected));
     let o = run_quiet(fe.runner, &bc);
     if let Some(o) = o.as_ref().filter(|o| o.status.success()) {
+        let _ = std::io::stderr().lock().write_all(&out.stderr);
         let seen = String::from_utf8_lossy(&out.stderr).into_owned();
         let new: String = String::from_utf8_lossy(&o.stderr)
             .lines()
@@ -122,6 +131,11 @@ pub fn host_front_end(fe: &FrontEnd) -> Result<bool> {
     // region, flang 22): the source must then say it in the form flang lowers right.
     let why = o.map_or_else(|| "cannot run".to_string(), |o| first_error(&o.stderr));
     fe.runner.note(&format!("{}: corrected HLFIR not compiled ({why})", fe.src));
+    if scan.findings.is_empty() {
+        // Only corrections that matter for arrays with other lower bounds: build as flang does.
+        return Ok(false);
+    }
+    let _ = std::io::stderr().lock().write_all(&out.stderr);
     refuse(fe, &scan.findings.iter().collect::<Vec<_>>())
 }
 
@@ -146,13 +160,19 @@ fn first_error(stderr: &[u8]) -> String {
 
 /// The error (or warning) text for a section ompcc cannot correct.
 fn explain(f: &Finding, major: u32, src: &str) -> String {
-    if f.problem == Problem::NotContiguous {
+    if f.problem != Problem::WrongStart {
         let cover = f.rewrite.as_deref().map_or(String::new(), |r| format!(" (`{r}`)"));
+        let unless = if f.problem == Problem::ProbablyNotContiguous {
+            " (unless each dimension given one subscript holds one element)"
+        } else {
+            ""
+        };
+        let anyway =
+            if f.problem == Problem::NotContiguous { "; --fortran-section-check=warn builds it anyway" } else { "" };
         return format!(
-            "{}: `{}` is not contiguous in memory, as OpenMP requires of a mapped section: flang {major} maps as many \
-             elements as it names, but in a row from its first one, so the device gets other elements than the ones \
-             named (unless each dimension given one subscript holds one element). Map a contiguous section that covers \
-             it{cover}, or the whole array; --fortran-section-check=warn builds it anyway",
+            "{}: `{}` is not contiguous in memory{unless}, as OpenMP requires of a mapped section: flang {major} maps as \
+             many elements as it names, but in a row from its first one, so the device gets other elements than the \
+             ones named. Map a contiguous section that covers it{cover}, or the whole array{anyway}",
             at(f, src),
             f.name,
         );
