@@ -76,7 +76,8 @@ fn compile_all(
     let fortran: Vec<usize> =
         (0..sources.len()).filter(|&k| ctx.args.inputs[sources[k]].lang == Some(Lang::Fortran)).collect();
     let mut waits: Vec<Vec<usize>> = vec![Vec::new(); sources.len()];
-    if fortran.len() > 1 {
+    // Preprocessing needs no module files: `-E` keeps the command line's order.
+    if fortran.len() > 1 && emit != Emit::Preprocessed {
         let scans: Vec<_> = fortran.iter().map(|&k| modules::scan_file(&ctx.args.inputs[sources[k]].path)).collect();
         for (f, deps) in modules::order(&scans).into_iter().enumerate() {
             waits[fortran[f]] = deps.into_iter().map(|d| fortran[d]).collect();
