@@ -15,8 +15,8 @@ pub mod arena;
 pub mod track;
 
 use omp_plugin::{
-    host_memory, AllocKind, Device, Fault, GlobalSymbol, ImageId, KernelId, LaunchConfig, PageAccess, Plugin,
-    PluginError, Result,
+    host_memory, AccessTracking, AllocKind, Device, Fault, GlobalSymbol, ImageId, KernelId, LaunchConfig, PageAccess,
+    Plugin, PluginError, Result,
 };
 use omp_plugin_host::{HostPlugin, NUM_DEVICES};
 use omp_sync::Mutex;
@@ -24,7 +24,7 @@ use omp_worker::{CallError, Request, Response, SpawnOptions, Worker};
 use std::ffi::{CStr, OsString};
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// The worker executable's name, looked for in the runtime library's directory.
@@ -32,9 +32,6 @@ pub const WORKER_NAME: &str = "offload-worker";
 
 /// Most devices a worker accepts on its command line.
 pub const MAX_DEVICES: usize = 64;
-
-/// Largest piece of a copy relayed through the pipe (direct copies take any size).
-const RELAY_CHUNK: usize = omp_worker::wire::MAX_READ;
 
 /// The plugin: the host devices, each run in one shared worker process.
 pub struct IsolatePlugin {
@@ -58,8 +55,6 @@ struct Shared {
     /// Where the worker is, or why its place is unknown.
     exe: std::result::Result<PathBuf, String>,
     state: Mutex<State>,
-    /// Copies go straight into the worker's memory until the system refuses that once.
-    direct: AtomicBool,
     /// Check mode (`LIBOMPTARGET_CHECK`): guard pages and access tracking.
     check: bool,
     /// Check mode: one launch at a time (each is armed with the pages it watches).
@@ -109,7 +104,6 @@ impl IsolatePlugin {
             shared: Arc::new(Shared {
                 exe,
                 state: Mutex::new(State::NotStarted),
-                direct: AtomicBool::new(true),
                 check: false,
                 tracked_launch: Mutex::new(()),
             }),
@@ -488,23 +482,9 @@ fn error(w: &Worker, e: CallError) -> PluginError {
     }
 }
 
-/// A failed direct copy: the worker is gone, or the copy failed.
-fn copy_error(w: &Worker, e: std::io::Error) -> PluginError {
-    match e.raw_os_error() {
-        Some(libc::ESRCH) => {
-            let how = w.died().unwrap_or_else(|| "is gone".into());
-            PluginError::lost(format!("the isolated device's worker (pid {}) ended: {how}", w.pid()))
-        }
-        _ => PluginError::failed(format!("device memory copy failed: {e}")),
-    }
-}
-
-/// Direct copies are refused by the system (seccomp, ptrace policy): relay through the pipe.
-fn relay_instead(e: &std::io::Error) -> bool {
-    matches!(e.raw_os_error(), Some(libc::EPERM | libc::ENOSYS | libc::EACCES))
-}
-
 impl IsolateDevice {
+    /// Launches in the worker, without tracking (kernels never run in this process: a bad
+    /// kernel or argument harms only the worker).
     fn launch_untracked(&self, kernel: KernelId, args: &[usize], config: &LaunchConfig) -> Result<()> {
         let r = self.shared.worker()?;
         let w = &r.worker;
@@ -525,7 +505,7 @@ impl IsolateDevice {
         unsafe { libc::fflush(std::ptr::null_mut()) };
         let req = Request::Launch {
             device: self.index,
-            kernel: kernel.0 as u64,
+            kernel: kernel.raw() as u64,
             with_dyn_ptr: config.with_dyn_ptr,
             num_teams: config.num_teams[0],
             thread_limit: config.thread_limit[0],
@@ -577,7 +557,7 @@ impl Device for IsolateDevice {
 
     fn kernel(&self, image: ImageId, name: &CStr) -> Result<KernelId> {
         match self.call(&Request::Kernel { device: self.index, image: image.0 as u64, name: name_of(name)? })? {
-            Response::Kernel(k) => Ok(KernelId(k as usize)),
+            Response::Kernel(k) => Ok(KernelId::new(k as usize)),
             r => Err(unexpected(r)),
         }
     }
@@ -635,18 +615,7 @@ impl Device for IsolateDevice {
         }
         // SAFETY: the caller vouches that `[host, host+size)` is readable for this call.
         let data = unsafe { std::slice::from_raw_parts(host as *const u8, size) };
-        if self.shared.direct.load(Ordering::Relaxed) {
-            match omp_worker::sys::write_to(w.pid(), tgt as u64, data) {
-                Ok(()) => return Ok(()),
-                Err(e) if relay_instead(&e) => self.shared.direct.store(false, Ordering::Relaxed),
-                Err(e) => return Err(copy_error(w, e)),
-            }
-        }
-        for (i, chunk) in data.chunks(RELAY_CHUNK).enumerate() {
-            let addr = (tgt + i * RELAY_CHUNK) as u64;
-            w.call(&Request::Write { device: self.index, addr, data: chunk }).map_err(|e| error(w, e))?;
-        }
-        Ok(())
+        w.write(self.index, tgt as u64, data).map_err(|e| error(w, e))
     }
 
     unsafe fn retrieve(&self, host: usize, tgt: usize, size: usize) -> Result<()> {
@@ -664,76 +633,35 @@ impl Device for IsolateDevice {
         // SAFETY: the caller vouches that `[host, host+size)` is writable and unused by
         // anything else during this call.
         let buf = unsafe { std::slice::from_raw_parts_mut(host as *mut u8, size) };
-        if self.shared.direct.load(Ordering::Relaxed) {
-            match omp_worker::sys::read_from(w.pid(), tgt as u64, buf) {
-                Ok(()) => return Ok(()),
-                Err(e) if relay_instead(&e) => self.shared.direct.store(false, Ordering::Relaxed),
-                Err(e) => return Err(copy_error(w, e)),
-            }
-        }
-        for (i, chunk) in buf.chunks_mut(RELAY_CHUNK).enumerate() {
-            let addr = (tgt + i * RELAY_CHUNK) as u64;
-            match w.call(&Request::Read { device: self.index, addr, len: chunk.len() as u64 }) {
-                Ok(Response::Data(d)) if d.len() == chunk.len() => chunk.copy_from_slice(&d),
-                Ok(r) => return Err(unexpected(r)),
-                Err(e) => return Err(error(w, e)),
-            }
-        }
-        Ok(())
+        w.read_into(self.index, tgt as u64, buf).map_err(|e| error(w, e))
     }
 
-    fn copy_within(&self, dst: usize, src: usize, size: usize) -> Result<()> {
+    unsafe fn copy_within(&self, dst: usize, src: usize, size: usize) -> Result<()> {
         let r = self.shared.worker()?;
         if r.arena.as_ref().is_some_and(|a| a.contains(dst, size) && a.contains(src, size)) {
-            // SAFETY: both ranges lie in the arena, mapped read-write here; the runtime
-            // checked them against its allocations.
+            // SAFETY: both ranges lie in the arena (checked just above), mapped read-write
+            // here for its whole life and holding no Rust object.
             unsafe { host_memory::copy(dst, src, size) };
             return Ok(());
         }
         self.call(&Request::Copy { device: self.index, dst: dst as u64, src: src as u64, len: size as u64 }).map(|_| ())
     }
 
-    fn launch(&self, kernel: KernelId, args: &[usize], config: &LaunchConfig) -> Result<()> {
+    unsafe fn launch(&self, kernel: KernelId, args: &[usize], config: &LaunchConfig) -> Result<()> {
         if self.shared.check {
-            return self.launch_tracked(kernel, args, config, &[]).map(|_| ());
+            // SAFETY: the caller's promise, passed on.
+            return unsafe { self.launch_tracked(kernel, args, config, &[]) }.map(|_| ());
         }
         self.launch_untracked(kernel, args, config)
     }
 
-    fn tracks_accesses(&self) -> bool {
-        self.shared.check
+    fn access_tracking(&self) -> Option<&dyn AccessTracking> {
+        let tracks = self.shared.check
             && match &*self.shared.state.lock() {
                 State::Running(r) => r.arena.as_ref().is_some_and(|a| a.checking() && !a.tracking_off()),
                 _ => false,
-            }
-    }
-
-    fn launch_tracked(
-        &self,
-        kernel: KernelId,
-        args: &[usize],
-        config: &LaunchConfig,
-        watch: &[(usize, usize)],
-    ) -> Result<Vec<PageAccess>> {
-        let r = self.shared.worker()?;
-        let Some(arena) = r.arena.as_ref().filter(|a| a.checking()) else {
-            return self.launch_untracked(kernel, args, config).map(|_| Vec::new());
-        };
-        let _one = self.shared.tracked_launch.lock();
-        // Without a control block the worker would not open the memory allocated since the
-        // last launch: the kernel would fault on it.
-        let prepared = arena.prepare(watch).ok_or_else(|| {
-            PluginError::out_of_memory("device memory is too full for the checker's record of this launch")
-        })?;
-        self.launch_untracked(kernel, args, config)?;
-        Ok(arena.accesses(&prepared))
-    }
-
-    fn last_fault(&self) -> Option<Fault> {
-        match &*self.shared.state.lock() {
-            State::Running(r) => r.arena.as_ref().and_then(|a| a.fault()),
-            _ => None,
-        }
+            };
+        tracks.then_some(self as &dyn AccessTracking)
     }
 
     fn info(&self) -> Vec<(String, String)> {
@@ -760,6 +688,38 @@ impl Device for IsolateDevice {
         match &*self.shared.state.lock() {
             State::Running(r) => r.arena.as_ref().is_some_and(|a| a.contains(ptr, size.max(1))),
             _ => false,
+        }
+    }
+}
+
+/// Check mode's tracked launches: the pages to watch go to the worker in the arena's control
+/// block, and what the kernel did to them comes back there.
+impl AccessTracking for IsolateDevice {
+    unsafe fn launch_tracked(
+        &self,
+        kernel: KernelId,
+        args: &[usize],
+        config: &LaunchConfig,
+        watch: &[(usize, usize)],
+    ) -> Result<Vec<PageAccess>> {
+        let r = self.shared.worker()?;
+        let Some(arena) = r.arena.as_ref().filter(|a| a.checking()) else {
+            return self.launch_untracked(kernel, args, config).map(|_| Vec::new());
+        };
+        let _one = self.shared.tracked_launch.lock();
+        // Without a control block the worker would not open the memory allocated since the
+        // last launch: the kernel would fault on it.
+        let prepared = arena.prepare(watch).ok_or_else(|| {
+            PluginError::out_of_memory("device memory is too full for the checker's record of this launch")
+        })?;
+        self.launch_untracked(kernel, args, config)?;
+        Ok(arena.accesses(&prepared))
+    }
+
+    fn last_fault(&self) -> Option<Fault> {
+        match &*self.shared.state.lock() {
+            State::Running(r) => r.arena.as_ref().and_then(|a| a.fault()),
+            _ => None,
         }
     }
 }

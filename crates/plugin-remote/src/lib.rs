@@ -525,7 +525,7 @@ impl Device for RemoteDevice {
                 .await
         })?;
         self.kernels.lock().insert(r.value as usize, name.to_string_lossy().into_owned());
-        Ok(KernelId(r.value as usize))
+        Ok(KernelId::new(r.value as usize))
     }
 
     fn global(&self, image: ImageId, name: &CStr) -> Result<GlobalSymbol> {
@@ -657,7 +657,9 @@ impl Device for RemoteDevice {
         })
     }
 
-    fn copy_within(&self, dst: usize, src: usize, size: usize) -> Result<()> {
+    /// `unsafe` by the trait's contract only: the server checks both ranges against the
+    /// session, and nothing in this process is touched.
+    unsafe fn copy_within(&self, dst: usize, src: usize, size: usize) -> Result<()> {
         if size == 0 {
             return Ok(());
         }
@@ -675,13 +677,15 @@ impl Device for RemoteDevice {
         Ok(())
     }
 
-    fn launch(&self, kernel: KernelId, args: &[usize], config: &LaunchConfig) -> Result<()> {
+    /// `unsafe` by the trait's contract only: the kernel runs in the server's worker, which
+    /// checks the kernel against those it resolved for the session.
+    unsafe fn launch(&self, kernel: KernelId, args: &[usize], config: &LaunchConfig) -> Result<()> {
         let s = self.conn.session()?;
         let c = &*self.conn;
         let req = LaunchRequest {
             session: s.id,
             device: self.index,
-            kernel: kernel.0 as u64,
+            kernel: kernel.raw() as u64,
             args: args.iter().map(|&a| a as u64).collect(),
             with_dyn_ptr: config.with_dyn_ptr,
             num_teams: config.num_teams[0],
@@ -703,7 +707,7 @@ impl Device for RemoteDevice {
             Ok(())
         })
         .map_err(|e| {
-            let name = self.kernels.lock().get(&kernel.0).cloned();
+            let name = self.kernels.lock().get(&kernel.raw()).cloned();
             match name {
                 Some(n) if !e.reason.contains(&n) => {
                     PluginError { kind: e.kind, reason: format!("{} (kernel '{n}')", e.reason) }
