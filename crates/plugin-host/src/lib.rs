@@ -226,7 +226,7 @@ impl Device for HostDevice {
 
     fn kernel(&self, image: ImageId, name: &CStr) -> Result<KernelId> {
         self.symbol(image, name)
-            .map(KernelId)
+            .map(KernelId::new)
             .ok_or_else(|| PluginError::failed(format!("failed to load kernel '{}'", name.to_string_lossy())))
     }
 
@@ -262,7 +262,7 @@ impl Device for HostDevice {
 
     unsafe fn submit(&self, tgt: usize, host: usize, size: usize) -> Result<()> {
         // SAFETY: the host range is readable by the caller's promise; device memory is host
-        // memory, and `tgt` is in an allocation of ours by the runtime's bookkeeping.
+        // memory, and `[tgt, tgt+size)` lies in an allocation of ours by the same promise.
         unsafe { host_memory::copy(tgt, host, size) };
         Ok(())
     }
@@ -273,14 +273,15 @@ impl Device for HostDevice {
         Ok(())
     }
 
-    fn copy_within(&self, dst: usize, src: usize, size: usize) -> Result<()> {
-        // SAFETY: both ranges are device memory, which on this device is host memory handed
-        // out by `alloc` or bound by an image; the runtime checked them against its table.
+    unsafe fn copy_within(&self, dst: usize, src: usize, size: usize) -> Result<()> {
+        // SAFETY: both ranges lie in allocations or globals of this device by the caller's
+        // promise; on this device those are host memory, handed out by `alloc` or bound by
+        // an image.
         unsafe { host_memory::copy(dst, src, size) };
         Ok(())
     }
 
-    fn launch(&self, kernel: KernelId, args: &[usize], config: &LaunchConfig) -> Result<()> {
+    unsafe fn launch(&self, kernel: KernelId, args: &[usize], config: &LaunchConfig) -> Result<()> {
         let total = args.len() + usize::from(config.with_dyn_ptr);
         let mut buf = [0usize; 16];
         let mut heap;
@@ -298,13 +299,13 @@ impl Device for HostDevice {
         } else {
             args
         };
-        // SAFETY: `kernel.0` was resolved by name from an offload entry of an image loaded
-        // here. clang emits offload kernels as `void(ptr dyn_ptr, ptr...)`: every parameter
+        // SAFETY: by the caller's promise, `kernel` was resolved here by name from an offload
+        // entry of an image still loaded, and the arguments are what it expects. clang emits offload kernels as `void(ptr dyn_ptr, ptr...)`: every parameter
         // is pointer-sized, and there is one per argument the compiler's map arrays pass,
         // which is what `args` holds. The arity itself cannot be read from the ELF; passing
         // more integer arguments than declared is harmless (System V), fewer would break
         // the compiler's own contract, as in LLVM's host plugin.
-        unsafe { trampoline::call(kernel.0, all) };
+        unsafe { trampoline::call(kernel.raw(), all) };
         Ok(())
     }
 

@@ -18,10 +18,7 @@
 //! 1 = accessible / 0 = not); the ranges (page address, pages); then one state byte per
 //! watched page ([`READ_FIRST`], [`WRITTEN`]).
 
-use omp_plugin::{
-    AllocKind, Device, GlobalSymbol, ImageId, KernelId, LaunchConfig, Plugin, QueueId, Result, TRACK_PAGE,
-};
-use std::ffi::CStr;
+use omp_plugin::TRACK_PAGE;
 use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};
 
 pub const FAULT_SET: usize = 64;
@@ -68,18 +65,27 @@ fn page_down(a: usize) -> usize {
     a & !(TRACK_PAGE - 1)
 }
 
-fn protect(addr: usize, len: usize, prot: i32) -> bool {
-    // SAFETY: mprotect changes the protection of pages of the arena, which this process
-    // mapped itself and which hold no Rust object of the worker's.
+/// Sets the protection of `[addr, addr+len)`; false when the system refused.
+///
+/// # Safety
+/// The range must be pages of the arena, which this process mapped itself and which hold no
+/// Rust object of the worker's (only kernels' data, whose accesses the protections watch).
+unsafe fn protect(addr: usize, len: usize, prot: i32) -> bool {
+    // SAFETY: the caller's promise: only arena pages change protection.
     unsafe { libc::mprotect(addr as *mut libc::c_void, len, prot) == 0 }
 }
 
 /// The worker's set-up in check mode: every arena page after the header becomes
-/// inaccessible, and the fault handler is installed. Call after mapping the arena.
-pub fn start_in_worker(base: usize, size: usize) -> std::io::Result<()> {
+/// inaccessible, and the fault handler is installed.
+///
+/// # Safety
+/// `[base, base+size)` must be the arena, mapped by [`crate::arena::map_in_worker`]: from
+/// now on its pages are opened and closed behind the back of anything that uses them.
+pub unsafe fn start_in_worker(base: usize, size: usize) -> std::io::Result<()> {
     ARENA_BASE.store(base, Ordering::Release);
     ARENA_SIZE.store(size, Ordering::Release);
-    if !protect(base + TRACK_PAGE, size - TRACK_PAGE, libc::PROT_NONE) {
+    // SAFETY: the arena's pages after its header, by the caller's promise.
+    if !unsafe { protect(base + TRACK_PAGE, size - TRACK_PAGE, libc::PROT_NONE) } {
         return Err(std::io::Error::last_os_error());
     }
     // SAFETY: installs `on_fault` (an `extern "C"` SA_SIGINFO handler that only reads and
@@ -134,7 +140,8 @@ extern "C" fn on_fault(sig: i32, info: *mut libc::siginfo_t, ctx: *mut libc::c_v
                         libc::PROT_READ
                     }
                 };
-                if protect(page, TRACK_PAGE, prot) {
+                // SAFETY: `page` lies in a watched range, inside the arena (checked by `arm`).
+                if unsafe { protect(page, TRACK_PAGE, prot) } {
                     return;
                 }
             }
@@ -177,7 +184,8 @@ fn arm() -> Vec<(usize, usize)> {
     if ctl == 0 || !ctl.is_multiple_of(TRACK_PAGE) || len < CTL_HEAD_WORDS * 8 || !inside(ctl, len) {
         return Vec::new();
     }
-    if !protect(ctl, len.next_multiple_of(TRACK_PAGE), libc::PROT_READ | libc::PROT_WRITE) {
+    // SAFETY: `[ctl, ctl+len)` lies inside the arena (checked just above), page-aligned.
+    if !unsafe { protect(ctl, len.next_multiple_of(TRACK_PAGE), libc::PROT_READ | libc::PROT_WRITE) } {
         give_up(base, size);
         return Vec::new();
     }
@@ -197,7 +205,8 @@ fn arm() -> Vec<(usize, usize)> {
         p += 3;
         if inside(addr, l) && addr.is_multiple_of(TRACK_PAGE) {
             let prot = if open { libc::PROT_READ | libc::PROT_WRITE } else { libc::PROT_NONE };
-            if !protect(addr, l.next_multiple_of(TRACK_PAGE), prot) && open {
+            // SAFETY: checked to lie inside the arena, page-aligned.
+            if !unsafe { protect(addr, l.next_multiple_of(TRACK_PAGE), prot) } && open {
                 // Too many distinct mappings (vm.max_map_count): a page the program
                 // allocated must never fault, so protections go.
                 give_up(base, size);
@@ -223,7 +232,8 @@ fn arm() -> Vec<(usize, usize)> {
     let watch = Box::into_raw(Box::new(Watch { ranges, states }));
     WATCH.store(watch, Ordering::Release);
     for &(a, l) in &opened {
-        protect(a, l, libc::PROT_NONE);
+        // SAFETY: each watched range was checked to lie inside the arena.
+        unsafe { protect(a, l, libc::PROT_NONE) };
     }
     opened
 }
@@ -231,7 +241,8 @@ fn arm() -> Vec<(usize, usize)> {
 /// After the kernel: the watched pages become accessible again.
 fn disarm(opened: Vec<(usize, usize)>) {
     for (a, l) in opened {
-        protect(a, l, libc::PROT_READ | libc::PROT_WRITE);
+        // SAFETY: the ranges `arm` returned, inside the arena.
+        unsafe { protect(a, l, libc::PROT_READ | libc::PROT_WRITE) };
     }
     let w = WATCH.swap(std::ptr::null_mut(), Ordering::AcqRel);
     if !w.is_null() {
@@ -244,78 +255,17 @@ fn disarm(opened: Vec<(usize, usize)>) {
 /// Protections cannot be kept (the system refused an mprotect): the whole arena becomes
 /// accessible, and the program is told through [`TRACK_OFF`].
 fn give_up(base: usize, size: usize) {
-    protect(base, size, libc::PROT_READ | libc::PROT_WRITE);
+    // SAFETY: `[base, base+size)` is the arena (ARENA_BASE and ARENA_SIZE).
+    unsafe { protect(base, size, libc::PROT_READ | libc::PROT_WRITE) };
     ARENA_BASE.store(0, Ordering::Release);
     // SAFETY: the header page is mapped read-write in the worker.
     unsafe { header_word(base, TRACK_OFF).store(1, Ordering::Release) };
 }
 
-/// The worker's plugin in check mode: `P`'s devices, with each launch armed and disarmed.
-pub struct Tracked<P>(pub P);
-
-impl<P: Plugin> Plugin for Tracked<P> {
-    fn name(&self) -> &str {
-        self.0.name()
-    }
-    fn device_count(&self) -> usize {
-        self.0.device_count()
-    }
-    fn is_compatible(&self, image: &[u8], triple: Option<&str>) -> bool {
-        self.0.is_compatible(image, triple)
-    }
-    fn open_device(&self, index: usize) -> Result<Box<dyn Device>> {
-        self.0.open_device(index).map(|d| Box::new(TrackedDevice(d)) as Box<dyn Device>)
-    }
-    fn unavailable(&self) -> Option<String> {
-        self.0.unavailable()
-    }
-}
-
-struct TrackedDevice(Box<dyn Device>);
-
-impl Device for TrackedDevice {
-    fn load_image(&self, image: &[u8]) -> Result<ImageId> {
-        self.0.load_image(image)
-    }
-    fn unload_image(&self, image: ImageId) -> Result<()> {
-        self.0.unload_image(image)
-    }
-    fn kernel(&self, image: ImageId, name: &CStr) -> Result<KernelId> {
-        self.0.kernel(image, name)
-    }
-    fn global(&self, image: ImageId, name: &CStr) -> Result<GlobalSymbol> {
-        self.0.global(image, name)
-    }
-    fn alloc(&self, size: usize, kind: AllocKind) -> Result<usize> {
-        self.0.alloc(size, kind)
-    }
-    fn free(&self, ptr: usize, kind: AllocKind) -> Result<()> {
-        self.0.free(ptr, kind)
-    }
-    unsafe fn submit(&self, tgt: usize, host: usize, size: usize) -> Result<()> {
-        // SAFETY: the caller's promise, passed on.
-        unsafe { self.0.submit(tgt, host, size) }
-    }
-    unsafe fn retrieve(&self, host: usize, tgt: usize, size: usize) -> Result<()> {
-        // SAFETY: the caller's promise, passed on.
-        unsafe { self.0.retrieve(host, tgt, size) }
-    }
-    fn copy_within(&self, dst: usize, src: usize, size: usize) -> Result<()> {
-        self.0.copy_within(dst, src, size)
-    }
-    fn launch(&self, kernel: KernelId, args: &[usize], config: &LaunchConfig) -> Result<()> {
-        let opened = arm();
-        let r = self.0.launch(kernel, args, config);
-        disarm(opened);
-        r
-    }
-    fn launch_async(&self, kernel: KernelId, args: &[usize], config: &LaunchConfig, _queue: QueueId) -> Result<()> {
-        self.launch(kernel, args, config)
-    }
-    fn info(&self) -> Vec<(String, String)> {
-        self.0.info()
-    }
-    fn is_accessible(&self, ptr: usize, size: usize) -> bool {
-        self.0.is_accessible(ptr, size)
-    }
+/// Runs one launch of the worker in check mode ([`omp_worker::serve::AroundLaunch`]): the
+/// control block's protection changes are applied and its pages watched while it runs.
+pub fn around_launch(run: &mut dyn FnMut()) {
+    let opened = arm();
+    run();
+    disarm(opened);
 }

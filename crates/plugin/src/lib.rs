@@ -4,11 +4,31 @@
 //! and decides which device to use. A backend's errors cover only what the caller cannot
 //! foresee (a failed operation, exhausted memory, a lost device), and say which it was.
 //!
-//! Addresses cross this interface as plain integers. Device addresses are whatever the
-//! backend returned from [`Device::alloc`] or [`Device::global`]. Host addresses come from
-//! the program: the methods that read or write them ([`Device::submit`],
-//! [`Device::retrieve`]) are `unsafe`, and their callers vouch for the range, exactly as
-//! LLVM's plugins rely on theirs.
+//! # The contract
+//!
+//! Addresses cross this interface as plain integers, and, as in wgpu-hal, **every method
+//! that reads or writes memory by address is `unsafe`**: its caller vouches for the
+//! addresses, and the method's `# Safety` section says what exactly.
+//!
+//! - Host addresses come from the program. [`Device::submit`] and [`Device::retrieve`]
+//!   (and their `_async` forms) read or write them; the caller vouches for the host range,
+//!   exactly as LLVM's plugins rely on theirs.
+//! - Device addresses are whatever the backend returned from [`Device::alloc`] or
+//!   [`Device::global`]. On a device whose memory is this process's memory (the host
+//!   device), a copy to a wrong device address corrupts the program: the copies and
+//!   [`Device::copy_within`] are `unsafe`, and the caller vouches that each device range
+//!   lies inside one allocation or global of the device. [`Device::free`] and
+//!   [`Device::alloc`] stay safe: a pointer the device did not hand out is an error.
+//! - A kernel ([`KernelId`]) is a handle only its backend can make ([`KernelId::new`]); for
+//!   the host device it is a function's address. [`Device::launch`] runs it on arguments
+//!   the kernel dereferences, so it is `unsafe`: the caller vouches that the kernel came
+//!   from [`Device::kernel`] of this device, for an image still loaded, and that the
+//!   arguments are what the compiler's kernel expects.
+//! - A capability only some devices have is an optional interface, not a method every
+//!   backend carries: [`Device::access_tracking`] returns the device's [`AccessTracking`]
+//!   (page-level tracking of what kernels touch) where it has one, `None` by default.
+//! - Wrappers forward everything or nothing: `Box<D>` and `Arc<D>` are devices through one
+//!   blanket impl each, so no hand-written forwarding can drop a method.
 
 pub mod host_memory;
 #[cfg(feature = "mock")]
@@ -74,8 +94,26 @@ pub enum AllocKind {
 pub struct ImageId(pub usize);
 
 /// A kernel the backend can launch (for the host backend, the function's address).
+///
+/// Only backends make one ([`KernelId::new`], from what their own [`Device::kernel`]
+/// resolved); everyone else passes it on as they got it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub struct KernelId(pub usize);
+pub struct KernelId(usize);
+
+impl KernelId {
+    /// A kernel handle of the backend's own making: for the host backend the function's
+    /// address, for others an index or a handle of their worker or server. Creating one is
+    /// harmless; launching one the backend did not resolve is what [`Device::launch`]'s
+    /// caller must rule out.
+    pub const fn new(raw: usize) -> Self {
+        KernelId(raw)
+    }
+
+    /// The backend's value for this kernel (to send it to a worker or server, or to call it).
+    pub const fn raw(self) -> usize {
+        self.0
+    }
+}
 
 /// A device global: its address and, where the backend knows it, its size in bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -101,10 +139,10 @@ pub struct LaunchConfig {
     pub with_dyn_ptr: bool,
 }
 
-/// Granularity of [`Device::launch_tracked`]'s access tracking.
+/// Granularity of [`AccessTracking::launch_tracked`]'s access tracking.
 pub const TRACK_PAGE: usize = 4096;
 
-/// What a tracked kernel did to one watched page ([`Device::launch_tracked`]).
+/// What a tracked kernel did to one watched page ([`AccessTracking::launch_tracked`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PageAccess {
     /// The page's device address (a multiple of [`TRACK_PAGE`]).
@@ -115,7 +153,7 @@ pub struct PageAccess {
     pub written: bool,
 }
 
-/// The access that stopped a kernel on a device that can tell ([`Device::last_fault`]).
+/// The access that stopped a kernel on a device that can tell ([`AccessTracking::last_fault`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Fault {
     pub addr: usize,
@@ -175,17 +213,31 @@ pub trait Device: Send + Sync {
     /// Copies host bytes `[host, host+size)` to device address `tgt`.
     ///
     /// # Safety
-    /// `[host, host+size)` must be readable host memory for the duration of the call.
+    /// `[host, host+size)` must be readable host memory for the duration of the call, and
+    /// `[tgt, tgt+size)` must lie inside one allocation (or global) of this device.
     unsafe fn submit(&self, tgt: usize, host: usize, size: usize) -> Result<()>;
     /// Copies device bytes at `tgt` to host `[host, host+size)`.
     ///
     /// # Safety
-    /// `[host, host+size)` must be writable host memory that nothing else uses during the call.
+    /// `[host, host+size)` must be writable host memory that nothing else uses during the
+    /// call, and `[tgt, tgt+size)` must lie inside one allocation (or global) of this device.
     unsafe fn retrieve(&self, host: usize, tgt: usize, size: usize) -> Result<()>;
     /// Copies between two allocations of this device.
-    fn copy_within(&self, dst: usize, src: usize, size: usize) -> Result<()>;
+    ///
+    /// # Safety
+    /// `[src, src+size)` and `[dst, dst+size)` must each lie inside one allocation (or
+    /// global) of this device: on a device whose memory is this process's, the copy goes
+    /// wherever the addresses point.
+    unsafe fn copy_within(&self, dst: usize, src: usize, size: usize) -> Result<()>;
     /// Launches a kernel with pointer-sized arguments (already offset) and waits for it.
-    fn launch(&self, kernel: KernelId, args: &[usize], config: &LaunchConfig) -> Result<()>;
+    ///
+    /// # Safety
+    /// `kernel` must come from [`Device::kernel`] of this device, for an image that is still
+    /// loaded, and `args` must be what that kernel expects: one value per parameter the
+    /// compiler's map arrays pass, every one the kernel dereferences a device address valid
+    /// for what the kernel does with it. The host device calls the kernel's address with
+    /// these arguments in this process.
+    unsafe fn launch(&self, kernel: KernelId, args: &[usize], config: &LaunchConfig) -> Result<()>;
     /// A line of device information, `key`/`value`, for `__tgt_print_device_info`.
     fn info(&self) -> Vec<(String, String)>;
     /// Whether a kernel on this device can read and write host memory `[ptr, ptr+size)`
@@ -193,25 +245,9 @@ pub trait Device: Send + Sync {
     /// answer `omp_target_is_accessible` and explain unmapped pointers.
     fn is_accessible(&self, ptr: usize, size: usize) -> bool;
 
-    /// Whether [`Device::launch_tracked`] really tracks accesses and [`Device::last_fault`]
-    /// can tell what stopped a kernel (an isolated device in check mode).
-    fn tracks_accesses(&self) -> bool {
-        false
-    }
-    /// Launches like [`Device::launch`], watching the pages of the device ranges `watch`:
-    /// returns, for each watched page the kernel touched, whether it read the page before
-    /// writing it and whether it wrote it. Backends that cannot tell return nothing.
-    fn launch_tracked(
-        &self,
-        kernel: KernelId,
-        args: &[usize],
-        config: &LaunchConfig,
-        _watch: &[(usize, usize)],
-    ) -> Result<Vec<PageAccess>> {
-        self.launch(kernel, args, config).map(|_| Vec::new())
-    }
-    /// The access that stopped the last kernel that failed, where the backend knows it.
-    fn last_fault(&self) -> Option<Fault> {
+    /// The device's page-level access tracking, where it has it now (an isolated device in
+    /// check mode); `None` for devices that cannot tell what a kernel touched.
+    fn access_tracking(&self) -> Option<&dyn AccessTracking> {
         None
     }
 
@@ -237,11 +273,125 @@ pub trait Device: Send + Sync {
         unsafe { self.retrieve(host, tgt, size) }
     }
     /// Enqueues a kernel launch.
-    fn launch_async(&self, kernel: KernelId, args: &[usize], config: &LaunchConfig, _queue: QueueId) -> Result<()> {
-        self.launch(kernel, args, config)
+    ///
+    /// # Safety
+    /// As [`Device::launch`], with the memory the arguments point to valid until
+    /// `synchronize`.
+    unsafe fn launch_async(
+        &self,
+        kernel: KernelId,
+        args: &[usize],
+        config: &LaunchConfig,
+        _queue: QueueId,
+    ) -> Result<()> {
+        // SAFETY: the caller's guarantee covers the synchronous launch too.
+        unsafe { self.launch(kernel, args, config) }
     }
     /// Waits for everything enqueued on `queue` and reports the first failure.
     fn synchronize(&self, _queue: QueueId) -> Result<()> {
         Ok(())
     }
+}
+
+/// Page-level tracking of what kernels touch: an optional capability of a device
+/// ([`Device::access_tracking`]), used by the mapping checker.
+pub trait AccessTracking: Send + Sync {
+    /// Launches like [`Device::launch`], watching the pages of the device ranges `watch`:
+    /// returns, for each watched page the kernel touched, whether it read the page before
+    /// writing it and whether it wrote it.
+    ///
+    /// # Safety
+    /// As [`Device::launch`].
+    unsafe fn launch_tracked(
+        &self,
+        kernel: KernelId,
+        args: &[usize],
+        config: &LaunchConfig,
+        watch: &[(usize, usize)],
+    ) -> Result<Vec<PageAccess>>;
+    /// The access that stopped the last kernel that failed, where the device knows it.
+    fn last_fault(&self) -> Option<Fault>;
+}
+
+/// Forwards every method of the trait to `**self` (one list, used by each blanket impl).
+macro_rules! forward_device {
+    () => {
+        fn load_image(&self, image: &[u8]) -> Result<ImageId> {
+            (**self).load_image(image)
+        }
+        fn unload_image(&self, image: ImageId) -> Result<()> {
+            (**self).unload_image(image)
+        }
+        fn kernel(&self, image: ImageId, name: &CStr) -> Result<KernelId> {
+            (**self).kernel(image, name)
+        }
+        fn global(&self, image: ImageId, name: &CStr) -> Result<GlobalSymbol> {
+            (**self).global(image, name)
+        }
+        fn alloc(&self, size: usize, kind: AllocKind) -> Result<usize> {
+            (**self).alloc(size, kind)
+        }
+        fn free(&self, ptr: usize, kind: AllocKind) -> Result<()> {
+            (**self).free(ptr, kind)
+        }
+        unsafe fn submit(&self, tgt: usize, host: usize, size: usize) -> Result<()> {
+            // SAFETY: the caller's promise, passed on unchanged.
+            unsafe { (**self).submit(tgt, host, size) }
+        }
+        unsafe fn retrieve(&self, host: usize, tgt: usize, size: usize) -> Result<()> {
+            // SAFETY: the caller's promise, passed on unchanged.
+            unsafe { (**self).retrieve(host, tgt, size) }
+        }
+        unsafe fn copy_within(&self, dst: usize, src: usize, size: usize) -> Result<()> {
+            // SAFETY: the caller's promise, passed on unchanged.
+            unsafe { (**self).copy_within(dst, src, size) }
+        }
+        unsafe fn launch(&self, kernel: KernelId, args: &[usize], config: &LaunchConfig) -> Result<()> {
+            // SAFETY: the caller's promise, passed on unchanged.
+            unsafe { (**self).launch(kernel, args, config) }
+        }
+        fn info(&self) -> Vec<(String, String)> {
+            (**self).info()
+        }
+        fn is_accessible(&self, ptr: usize, size: usize) -> bool {
+            (**self).is_accessible(ptr, size)
+        }
+        fn access_tracking(&self) -> Option<&dyn AccessTracking> {
+            (**self).access_tracking()
+        }
+        fn create_queue(&self) -> Result<QueueId> {
+            (**self).create_queue()
+        }
+        unsafe fn submit_async(&self, tgt: usize, host: usize, size: usize, queue: QueueId) -> Result<()> {
+            // SAFETY: the caller's promise, passed on unchanged.
+            unsafe { (**self).submit_async(tgt, host, size, queue) }
+        }
+        unsafe fn retrieve_async(&self, host: usize, tgt: usize, size: usize, queue: QueueId) -> Result<()> {
+            // SAFETY: the caller's promise, passed on unchanged.
+            unsafe { (**self).retrieve_async(host, tgt, size, queue) }
+        }
+        unsafe fn launch_async(
+            &self,
+            kernel: KernelId,
+            args: &[usize],
+            config: &LaunchConfig,
+            queue: QueueId,
+        ) -> Result<()> {
+            // SAFETY: the caller's promise, passed on unchanged.
+            unsafe { (**self).launch_async(kernel, args, config, queue) }
+        }
+        fn synchronize(&self, queue: QueueId) -> Result<()> {
+            (**self).synchronize(queue)
+        }
+    };
+}
+
+/// A boxed device is the device it holds: every method forwarded.
+impl<D: Device + ?Sized> Device for Box<D> {
+    forward_device!();
+}
+
+/// A shared device is the device it points to: every method forwarded.
+impl<D: Device + ?Sized> Device for std::sync::Arc<D> {
+    forward_device!();
 }

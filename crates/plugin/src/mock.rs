@@ -1,7 +1,14 @@
 //! A device with its own (simulated) address space and no code: lets the runtime's mapping
-//! semantics be unit-tested without loading any image. Kernels are Rust closures.
+//! semantics be unit-tested without loading any image. Kernels are Rust closures; every
+//! access they make goes through [`MockDevice::read`] and [`MockDevice::write`], which are
+//! bounds-checked, so the mock's `unsafe` methods are unsafe only by the trait's contract.
+//! With [`MockDevice::track_accesses`] it has the [`AccessTracking`] capability: those
+//! reads and writes are what a tracked launch reports.
 
-use crate::{host_memory, AllocKind, Device, GlobalSymbol, ImageId, KernelId, LaunchConfig, PluginError, Result};
+use crate::{
+    host_memory, AccessTracking, AllocKind, Device, Fault, GlobalSymbol, ImageId, KernelId, LaunchConfig, PageAccess,
+    PluginError, Result, TRACK_PAGE,
+};
 use omp_sync::Mutex;
 use std::collections::BTreeMap;
 use std::ffi::CStr;
@@ -23,6 +30,12 @@ pub struct MockDevice {
     lost: Mutex<Option<String>>,
     /// Copies wait here until this many are in flight at once (or a deadline passes).
     rendezvous: Mutex<Rendezvous>,
+    /// Whether the device offers [`AccessTracking`].
+    tracking: std::sync::atomic::AtomicBool,
+    /// During a tracked launch: the watched pages and what the kernel did to each so far.
+    watched: Mutex<Option<BTreeMap<usize, PageAccess>>>,
+    /// What stopped the last kernel (set by [`MockDevice::fault`]).
+    fault: Mutex<Option<Fault>>,
 }
 
 #[derive(Default)]
@@ -59,8 +72,9 @@ impl MockDevice {
         addr
     }
 
-    /// Reads device bytes (for assertions).
+    /// Reads device bytes (kernels use this; so do assertions).
     pub fn read(&self, addr: usize, size: usize) -> Vec<u8> {
+        self.touched(addr, size, false);
         let mem = self.memory.lock();
         let (start, block) = mem.block(addr, size).expect("mock read out of bounds");
         block[addr - start..addr - start + size].to_vec()
@@ -68,9 +82,39 @@ impl MockDevice {
 
     /// Writes device bytes (kernels use this).
     pub fn write(&self, addr: usize, bytes: &[u8]) {
+        self.touched(addr, bytes.len(), true);
         let mut mem = self.memory.lock();
         let (start, block) = mem.block_mut(addr, bytes.len()).expect("mock write out of bounds");
         block[addr - start..addr - start + bytes.len()].copy_from_slice(bytes);
+    }
+
+    /// Gives the device the [`AccessTracking`] capability.
+    pub fn track_accesses(&self) {
+        self.tracking.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Stops the device as a fault at `fault` would stop a kernel: the device is lost, and
+    /// [`AccessTracking::last_fault`] tells the access.
+    pub fn fault(&self, fault: Fault) {
+        *self.fault.lock() = Some(fault);
+        self.lose(&format!("a kernel faulted at {:#x}", fault.addr));
+    }
+
+    /// Records an access of a tracked launch to the watched pages of `[addr, addr+size)`.
+    fn touched(&self, addr: usize, size: usize, write: bool) {
+        let mut watched = self.watched.lock();
+        let Some(pages) = watched.as_mut() else { return };
+        let first = addr & !(TRACK_PAGE - 1);
+        let end = addr + size.max(1);
+        for page in (first..end).step_by(TRACK_PAGE) {
+            if let Some(a) = pages.get_mut(&page) {
+                if write {
+                    a.written = true;
+                } else if !a.written {
+                    a.read_first = true;
+                }
+            }
+        }
     }
 
     /// Host-to-device copies performed so far.
@@ -163,7 +207,7 @@ impl Device for MockDevice {
         let ks = self.kernels.lock();
         ks.iter()
             .position(|(n, _)| *n == name)
-            .map(KernelId)
+            .map(KernelId::new)
             .ok_or_else(|| PluginError::failed(format!("mock device: no kernel {name}")))
     }
     fn global(&self, _image: ImageId, name: &CStr) -> Result<GlobalSymbol> {
@@ -213,15 +257,15 @@ impl Device for MockDevice {
         unsafe { host_memory::copy(host, src.as_ptr() as usize, size) };
         Ok(())
     }
-    fn copy_within(&self, dst: usize, src: usize, size: usize) -> Result<()> {
+    unsafe fn copy_within(&self, dst: usize, src: usize, size: usize) -> Result<()> {
         let bytes = self.read(src, size);
         self.write(dst, &bytes);
         Ok(())
     }
-    fn launch(&self, kernel: KernelId, args: &[usize], _config: &LaunchConfig) -> Result<()> {
+    unsafe fn launch(&self, kernel: KernelId, args: &[usize], _config: &LaunchConfig) -> Result<()> {
         self.check_alive()?;
         let ks = self.kernels.lock();
-        let (_, body) = ks.get(kernel.0).ok_or_else(|| PluginError::failed("mock device: bad kernel"))?;
+        let (_, body) = ks.get(kernel.raw()).ok_or_else(|| PluginError::failed("mock device: bad kernel"))?;
         body(self, args);
         Ok(())
     }
@@ -231,49 +275,43 @@ impl Device for MockDevice {
     fn is_accessible(&self, _ptr: usize, _size: usize) -> bool {
         false
     }
+    fn access_tracking(&self) -> Option<&dyn AccessTracking> {
+        self.tracking.load(std::sync::atomic::Ordering::SeqCst).then_some(self as &dyn AccessTracking)
+    }
 }
 
-/// A mock device shared between a test and the runtime that owns it.
+impl AccessTracking for MockDevice {
+    unsafe fn launch_tracked(
+        &self,
+        kernel: KernelId,
+        args: &[usize],
+        config: &LaunchConfig,
+        watch: &[(usize, usize)],
+    ) -> Result<Vec<PageAccess>> {
+        let mut pages = BTreeMap::new();
+        for &(addr, len) in watch {
+            let first = addr & !(TRACK_PAGE - 1);
+            for page in (first..addr + len.max(1)).step_by(TRACK_PAGE) {
+                pages.insert(page, PageAccess { page, read_first: false, written: false });
+            }
+        }
+        *self.watched.lock() = Some(pages);
+        // SAFETY: the caller's promise; the mock's kernels only reach memory through its
+        // bounds-checked `read` and `write`.
+        let launched = unsafe { self.launch(kernel, args, config) };
+        let pages = self.watched.lock().take().unwrap_or_default();
+        launched?;
+        Ok(pages.into_values().filter(|a| a.read_first || a.written).collect())
+    }
+    fn last_fault(&self) -> Option<Fault> {
+        *self.fault.lock()
+    }
+}
+
+/// A mock device shared between a test and the runtime that owns it: the plugin hands out
+/// the `Arc` itself (a device through the blanket impl), the test keeps `.0`.
 #[derive(Clone, Default)]
 pub struct SharedMock(pub std::sync::Arc<MockDevice>);
-
-impl Device for SharedMock {
-    fn load_image(&self, image: &[u8]) -> Result<ImageId> {
-        self.0.load_image(image)
-    }
-    fn kernel(&self, image: ImageId, name: &CStr) -> Result<KernelId> {
-        self.0.kernel(image, name)
-    }
-    fn global(&self, image: ImageId, name: &CStr) -> Result<GlobalSymbol> {
-        self.0.global(image, name)
-    }
-    fn alloc(&self, size: usize, kind: AllocKind) -> Result<usize> {
-        self.0.alloc(size, kind)
-    }
-    fn free(&self, ptr: usize, kind: AllocKind) -> Result<()> {
-        self.0.free(ptr, kind)
-    }
-    unsafe fn submit(&self, tgt: usize, host: usize, size: usize) -> Result<()> {
-        // SAFETY: forwarded with the caller's promise.
-        unsafe { self.0.submit(tgt, host, size) }
-    }
-    unsafe fn retrieve(&self, host: usize, tgt: usize, size: usize) -> Result<()> {
-        // SAFETY: forwarded with the caller's promise.
-        unsafe { self.0.retrieve(host, tgt, size) }
-    }
-    fn copy_within(&self, dst: usize, src: usize, size: usize) -> Result<()> {
-        self.0.copy_within(dst, src, size)
-    }
-    fn launch(&self, kernel: KernelId, args: &[usize], config: &LaunchConfig) -> Result<()> {
-        self.0.launch(kernel, args, config)
-    }
-    fn info(&self) -> Vec<(String, String)> {
-        self.0.info()
-    }
-    fn is_accessible(&self, _ptr: usize, _size: usize) -> bool {
-        false
-    }
-}
 
 /// A plugin with one mock device, compatible with images that start with `MOCK`.
 pub struct MockPlugin(pub SharedMock);
@@ -289,6 +327,56 @@ impl crate::Plugin for MockPlugin {
         image.starts_with(b"MOCK")
     }
     fn open_device(&self, _index: usize) -> Result<Box<dyn Device>> {
-        Ok(Box::new(self.0.clone()))
+        Ok(Box::new(self.0 .0.clone()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Plugin;
+
+    /// A runtime sees the mock through the plugin's `Box<dyn Device>` (over an `Arc`): the
+    /// capability and every tracked access must come through both wrappers.
+    #[test]
+    fn tracked_launches_report_the_pages_a_kernel_touched_through_every_wrapper() {
+        let shared = SharedMock::default();
+        let mock = shared.0.clone();
+        let dev = MockPlugin(shared).open_device(0).unwrap();
+        assert!(dev.access_tracking().is_none(), "tracking is a capability the device must offer");
+        mock.track_accesses();
+        let a = dev.alloc(3 * TRACK_PAGE, AllocKind::Device).unwrap();
+        // Reads page 0 before writing it, writes page 1 before reading it, leaves page 2.
+        mock.add_kernel(
+            "k",
+            Box::new(|d: &MockDevice, args: &[usize]| {
+                let p = args[0];
+                let v = d.read(p, 8);
+                d.write(p, &v);
+                d.write(p + TRACK_PAGE, &[1]);
+                d.read(p + TRACK_PAGE, 1);
+            }),
+        );
+        let k = dev.kernel(ImageId(1), c"k").unwrap();
+        let tracking = dev.access_tracking().expect("offered through Box and Arc");
+        let watch = [(a & !(TRACK_PAGE - 1), 4 * TRACK_PAGE)];
+        // SAFETY: `k` is this device's kernel and `a` one of its allocations.
+        let seen = unsafe { tracking.launch_tracked(k, &[a], &LaunchConfig::default(), &watch) }.unwrap();
+        let page = |addr: usize| addr & !(TRACK_PAGE - 1);
+        let expect_first = PageAccess { page: page(a), read_first: true, written: true };
+        let expect_second = PageAccess { page: page(a + TRACK_PAGE), read_first: false, written: true };
+        assert!(seen.contains(&expect_first), "{seen:?}");
+        assert!(seen.contains(&expect_second), "{seen:?}");
+        assert!(seen.iter().all(|s| s.page < page(a + 2 * TRACK_PAGE) || !s.written), "{seen:?}");
+        // An untracked launch records nothing, and a fault is told once the device is lost.
+        // SAFETY: as above.
+        unsafe { dev.launch(k, &[a], &LaunchConfig::default()) }.unwrap();
+        assert_eq!(tracking.last_fault(), None);
+        let fault = Fault { addr: a + 3 * TRACK_PAGE, write: true, device_memory: true };
+        mock.fault(fault);
+        // SAFETY: as above.
+        let e = unsafe { tracking.launch_tracked(k, &[a], &LaunchConfig::default(), &watch) }.unwrap_err();
+        assert!(e.is_lost(), "{e:?}");
+        assert_eq!(tracking.last_fault(), Some(fault));
     }
 }

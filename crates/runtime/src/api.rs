@@ -286,7 +286,9 @@ impl Runtime {
             (ApiDevice::Host, ApiDevice::Offload(s)) => unsafe { s.dev.retrieve(dst, src, len) },
             (ApiDevice::Offload(d), ApiDevice::Offload(s)) => {
                 if Arc::ptr_eq(&d, &s) {
-                    d.dev.copy_within(dst, src, len)
+                    // SAFETY: both are device addresses the program named for this copy
+                    // (`omp_target_memcpy`'s contract).
+                    unsafe { d.dev.copy_within(dst, src, len) }
                 } else {
                     let mut bounce = vec![0u8; len.min(CHUNK)];
                     let b = bounce.as_mut_ptr() as usize;

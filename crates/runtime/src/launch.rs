@@ -102,9 +102,13 @@ impl Runtime {
                 self.emit(&kernel_event(None));
             }
             let start = self.start_timer();
-            let launched = match &self.checker {
-                Some(c) => c.launch(dev, kernel, tgt_args, &config, &name, loc),
-                None => dev.dev.launch(kernel, tgt_args, &config),
+            // SAFETY: `kernel` was resolved on this device from the image's offload entry, and
+            // `tgt_args` are what the compiler's argument arrays map to on this device.
+            let launched = unsafe {
+                match &self.checker {
+                    Some(c) => c.launch(dev, kernel, tgt_args, &config, &name, loc),
+                    None => dev.dev.launch(kernel, tgt_args, &config),
+                }
             };
             if let Some(t) = Self::stop_timer(start) {
                 self.emit(&kernel_event(Some(t)));

@@ -19,10 +19,19 @@ use std::sync::Arc;
 
 type Out = Arc<Mutex<BufWriter<File>>>;
 
+/// Runs every kernel of a worker: given the launch to run, runs it (and whatever must
+/// happen around it in this process: check mode's page protections).
+pub type AroundLaunch = fn(run: &mut dyn FnMut());
+
 /// Runs the worker until the parent closes the pipe: opens `devices` devices of `plugin`.
 /// `parent` is the parent's pid (the worker ends with it). Returns the exit status.
 /// What kernels print goes to the parent as output frames, before the reply that follows.
 pub fn main(plugin: &dyn Plugin, devices: usize, parent: i32) -> i32 {
+    main_around_launches(plugin, devices, parent, |run| run())
+}
+
+/// [`main`], with every launch run through `around_launch`.
+pub fn main_around_launches(plugin: &dyn Plugin, devices: usize, parent: i32, around_launch: AroundLaunch) -> i32 {
     if let Err(e) = die_with_parent(parent) {
         eprintln!("device worker: {e}");
         return 1;
@@ -73,6 +82,7 @@ pub fn main(plugin: &dyn Plugin, devices: usize, parent: i32) -> i32 {
         devs,
         out,
         capture,
+        around_launch,
     });
     serve(&shared)
 }
@@ -97,6 +107,7 @@ struct Shared {
     devs: Vec<Arc<dyn Device>>,
     out: Out,
     capture: Arc<Capture>,
+    around_launch: AroundLaunch,
 }
 
 fn serve(shared: &Arc<Shared>) -> i32 {
@@ -126,7 +137,8 @@ fn serve(shared: &Arc<Shared>) -> i32 {
         };
         drop(input);
         hand_off(shared);
-        let result = launch(&shared.devs, &frame.payload).map_err(|e| e.to_string());
+        let mut result = Err(String::from("the launch did not run"));
+        (shared.around_launch)(&mut || result = launch(&shared.devs, &frame.payload).map_err(|e| e.to_string()));
         forked_child_ends(shared.pid);
         // What the kernel printed goes out before its reply (C streams are buffered when
         // they are pipes).
@@ -238,7 +250,7 @@ fn handle(devs: &[Arc<dyn Device>], op: u8, payload: &[u8]) -> Result<Vec<u8>, B
             let kernel = d.u8()? != 0;
             let name = CString::new(d.rest())?;
             if kernel {
-                Enc::default().u64(dev.kernel(image, &name)?.0 as u64).u64(0).0
+                Enc::default().u64(dev.kernel(image, &name)?.raw() as u64).u64(0).0
             } else {
                 let global = dev.global(image, &name)?;
                 Enc::default().u64(global.addr as u64).u64(global.size as u64).0
@@ -255,11 +267,15 @@ fn handle(devs: &[Arc<dyn Device>], op: u8, payload: &[u8]) -> Result<Vec<u8>, B
             Vec::new()
         }
         // The parent checked these ranges against what it allocated; the device does the copy.
+        // Were it wrong, what it harms is this process's memory, the device memory the worker
+        // exists to hold apart from the parent's: device addresses here are the parent's to
+        // vouch for, as the HAL's callers vouch for theirs.
         wire::OP_WRITE => {
             let dev = device(devs, d.u32()?)?;
             let addr = len(d.u64()?)?;
             let data = d.rest();
-            // SAFETY: `data` is this request's payload: `data.len()` readable bytes.
+            // SAFETY: `data` is this request's payload: `data.len()` readable bytes; the
+            // device range is the parent's (see above).
             unsafe { dev.submit(addr, data.as_ptr() as usize, data.len()) }?;
             Vec::new()
         }
@@ -271,14 +287,16 @@ fn handle(devs: &[Arc<dyn Device>], op: u8, payload: &[u8]) -> Result<Vec<u8>, B
                 return Err(format!("a read of {n} bytes exceeds the limit of {}", wire::MAX_READ).into());
             }
             let mut buf = vec![0u8; n];
-            // SAFETY: `buf` is ours and holds `n` writable bytes.
+            // SAFETY: `buf` is ours and holds `n` writable bytes; the device range is the
+            // parent's (see above).
             unsafe { dev.retrieve(buf.as_mut_ptr() as usize, addr, n) }?;
             buf
         }
         wire::OP_COPY => {
             let dev = device(devs, d.u32()?)?;
             let (dst, src, n) = (len(d.u64()?)?, len(d.u64()?)?, len(d.u64()?)?);
-            dev.copy_within(dst, src, n)?;
+            // SAFETY: both device ranges are the parent's (see above).
+            unsafe { dev.copy_within(dst, src, n) }?;
             Vec::new()
         }
         _ => return Err(format!("unknown worker op {op}").into()),
@@ -288,7 +306,7 @@ fn handle(devs: &[Arc<dyn Device>], op: u8, payload: &[u8]) -> Result<Vec<u8>, B
 fn launch(devs: &[Arc<dyn Device>], payload: &[u8]) -> Result<Vec<u8>, Box<dyn std::error::Error>> {
     let mut d = Dec(payload);
     let dev = device(devs, d.u32()?)?;
-    let kernel = KernelId(len(d.u64()?)?);
+    let kernel = KernelId::new(len(d.u64()?)?);
     let with_dyn_ptr = d.u8()? != 0;
     let (num_teams, thread_limit) = (d.u32()?, d.u32()?);
     let n = d.u32()? as usize;
@@ -302,7 +320,10 @@ fn launch(devs: &[Arc<dyn Device>], payload: &[u8]) -> Result<Vec<u8>, Box<dyn s
         with_dyn_ptr,
         ..LaunchConfig::default()
     };
-    dev.launch(kernel, &args, &config)?;
+    // SAFETY: the parent sends back a kernel this worker resolved and the arguments the
+    // compiler's map arrays gave it, device addresses of this process; a kernel that goes
+    // wrong takes down this worker, never the parent (what the worker is for).
+    unsafe { dev.launch(kernel, &args, &config) }?;
     Ok(Vec::new())
 }
 

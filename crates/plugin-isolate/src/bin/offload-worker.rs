@@ -31,12 +31,18 @@ fn main() {
     if let Some((base, size)) = arena {
         if omp_plugin_isolate::arena::map_in_worker(base, size).is_ok() && check {
             // Check mode (LIBOMPTARGET_CHECK): guard pages and access tracking.
-            if let Err(e) = omp_plugin_isolate::track::start_in_worker(base, size) {
+            // SAFETY: the arena was just mapped at `base` by `map_in_worker`.
+            if let Err(e) = unsafe { omp_plugin_isolate::track::start_in_worker(base, size) } {
                 eprintln!("offload-worker: cannot set up the mapping checker's page protections: {e}");
                 std::process::exit(1);
             }
-            let plugin = omp_plugin_isolate::track::Tracked(omp_plugin_host::HostPlugin);
-            std::process::exit(omp_worker::serve::main(&plugin, devices, parent));
+            let around = omp_plugin_isolate::track::around_launch;
+            std::process::exit(omp_worker::serve::main_around_launches(
+                &omp_plugin_host::HostPlugin,
+                devices,
+                parent,
+                around,
+            ));
         }
     }
     std::process::exit(omp_worker::serve::main(&omp_plugin_host::HostPlugin, devices, parent));

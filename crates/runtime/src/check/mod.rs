@@ -363,7 +363,7 @@ impl Checker {
                     e.meaningful = true;
                     e.copied_at = loc;
                     // Whether a kernel reads them only a device that tracks accesses can tell.
-                    let tracked = dev.is_some_and(|d| d.dev.tracks_accesses());
+                    let tracked = dev.is_some_and(|d| d.dev.access_tracking().is_some());
                     for p in e.pages_for(s, end).filter(|_| tracked) {
                         e.unread[p] = true;
                     }
@@ -424,7 +424,10 @@ impl Checker {
     /// Runs a kernel. On a device that tracks accesses, the pages that matter are watched:
     /// changed on the host since the last copy (stale data), never written (uninitialized),
     /// copied and not read yet (the advisor).
-    pub fn launch(
+    ///
+    /// # Safety
+    /// As [`omp_plugin::Device::launch`].
+    pub unsafe fn launch(
         &self,
         dev: &DeviceCtx,
         kernel: KernelId,
@@ -433,9 +436,10 @@ impl Checker {
         name: &str,
         loc: Loc,
     ) -> omp_plugin::Result<()> {
-        if !dev.dev.tracks_accesses() {
-            return dev.dev.launch(kernel, args, config);
-        }
+        let Some(tracking) = dev.dev.access_tracking() else {
+            // SAFETY: the caller's promise.
+            return unsafe { dev.dev.launch(kernel, args, config) };
+        };
         // Page → (mapping key, its device address, page index, why watched).
         let mut plan: HashMap<usize, ((i32, usize), usize, usize, Why)> = HashMap::new();
         // Pages left unwatched by the bound: what the kernel does there is unknown.
@@ -472,7 +476,8 @@ impl Checker {
             }
         }
         let watch: Vec<(usize, usize)> = plan.keys().map(|&p| (p, TRACK_PAGE)).collect();
-        match dev.dev.launch_tracked(kernel, args, config, &watch) {
+        // SAFETY: the caller's promise.
+        match unsafe { tracking.launch_tracked(kernel, args, config, &watch) } {
             Ok(accesses) => {
                 let mut entries = self.entries.lock();
                 let mut found: Vec<(u8, (i32, usize), usize)> = Vec::new();
@@ -515,7 +520,7 @@ impl Checker {
             }
             Err(err) => {
                 if err.is_lost() && self.findings() {
-                    if let Some(f) = dev.dev.last_fault() {
+                    if let Some(f) = tracking.last_fault() {
                         self.fault(dev, f, name, loc);
                     }
                 }

@@ -1,0 +1,269 @@
+//! One isolated device: the HAL's operations as requests to the worker, or as plain copies
+//! into the device memory shared with it (the arena); in check mode, tracked launches.
+
+use crate::{Shared, State};
+use omp_plugin::{
+    host_memory, AccessTracking, AllocKind, Device, Fault, GlobalSymbol, ImageId, KernelId, LaunchConfig, PageAccess,
+    PluginError, Result,
+};
+use omp_worker::{CallError, Request, Response, Worker};
+use std::ffi::CStr;
+use std::sync::Arc;
+
+/// One isolated device: device `index` of the worker.
+pub struct IsolateDevice {
+    pub(crate) index: u32,
+    pub(crate) shared: Arc<Shared>,
+}
+
+/// A worker call's failure as the plugin contract's error.
+fn error(w: &Worker, e: CallError) -> PluginError {
+    match e {
+        CallError::Failed(m) => PluginError::failed(m),
+        CallError::Died(how) => {
+            PluginError::lost(format!("the isolated device's worker (pid {}) ended: {how}", w.pid()))
+        }
+    }
+}
+
+impl IsolateDevice {
+    /// Launches in the worker, without tracking (kernels never run in this process: a bad
+    /// kernel or argument harms only the worker).
+    fn launch_untracked(&self, kernel: KernelId, args: &[usize], config: &LaunchConfig) -> Result<()> {
+        let r = self.shared.worker()?;
+        let w = &r.worker;
+        let mut small = [0u64; 16];
+        let heap: Vec<u64>;
+        let args: &[u64] = if args.len() <= small.len() {
+            for (d, s) in small.iter_mut().zip(args) {
+                *d = *s as u64;
+            }
+            &small[..args.len()]
+        } else {
+            heap = args.iter().map(|a| *a as u64).collect();
+            &heap
+        };
+        // What the program printed so far goes out before what the kernel prints, as when
+        // both share one process.
+        // SAFETY: fflush(NULL) flushes every open output stream; it takes no pointer of ours.
+        unsafe { libc::fflush(std::ptr::null_mut()) };
+        let req = Request::Launch {
+            device: self.index,
+            kernel: kernel.raw() as u64,
+            with_dyn_ptr: config.with_dyn_ptr,
+            num_teams: config.num_teams[0],
+            thread_limit: config.thread_limit[0],
+            args,
+        };
+        match w.call(&req) {
+            Ok(_) => Ok(()),
+            Err(CallError::Died(how)) => {
+                let hint = if how.contains("SIGSEGV") || how.contains("SIGBUS") {
+                    "; the kernel touched memory that is not device memory, e.g. a host pointer that was never \
+                     mapped (the isolated device, like a GPU, cannot reach the program's memory)"
+                } else if how.contains("called exec") {
+                    ""
+                } else if how.starts_with("exited with status") {
+                    "; code in the target region ended the device's process (exit() inside a target region \
+                     ends the isolated device's worker, not the program; a GPU kernel cannot exit)"
+                } else if how.contains("SIGABRT") {
+                    "; code in the target region aborted (abort(), or a failed assert)"
+                } else {
+                    ""
+                };
+                Err(PluginError::lost(format!("the isolated device's worker (pid {}) ended: {how}{hint}", w.pid())))
+            }
+            Err(e) => Err(error(w, e)),
+        }
+    }
+
+    fn call(&self, req: &Request) -> Result<Response> {
+        let r = self.shared.worker()?;
+        r.worker.call(req).map_err(|e| error(&r.worker, e))
+    }
+}
+
+fn unexpected(r: Response) -> PluginError {
+    PluginError::failed(format!("unexpected reply from the isolated device's worker: {r:?}"))
+}
+
+fn name_of(name: &CStr) -> Result<&str> {
+    name.to_str().map_err(|_| PluginError::failed(format!("symbol name {name:?} is not UTF-8")))
+}
+
+impl Device for IsolateDevice {
+    fn load_image(&self, image: &[u8]) -> Result<ImageId> {
+        match self.call(&Request::Load { device: self.index, image })? {
+            Response::Image(i) => Ok(ImageId(i as usize)),
+            r => Err(unexpected(r)),
+        }
+    }
+
+    fn kernel(&self, image: ImageId, name: &CStr) -> Result<KernelId> {
+        match self.call(&Request::Kernel { device: self.index, image: image.0 as u64, name: name_of(name)? })? {
+            Response::Kernel(k) => Ok(KernelId::new(k as usize)),
+            r => Err(unexpected(r)),
+        }
+    }
+
+    fn global(&self, image: ImageId, name: &CStr) -> Result<GlobalSymbol> {
+        match self.call(&Request::Global { device: self.index, image: image.0 as u64, name: name_of(name)? })? {
+            Response::Global { addr, size } => Ok(GlobalSymbol { addr: addr as usize, size: size as usize }),
+            r => Err(unexpected(r)),
+        }
+    }
+
+    fn alloc(&self, size: usize, _kind: AllocKind) -> Result<usize> {
+        // Every kind is device memory: no kernel reaches the program's own memory.
+        let r = self.shared.worker()?;
+        if let Some(a) = &r.arena {
+            return a
+                .alloc(size)
+                .ok_or_else(|| PluginError::out_of_memory(format!("out of device memory allocating {size} bytes")));
+        }
+        match self.call(&Request::Alloc { device: self.index, size: size as u64 }) {
+            Ok(Response::Addr(a)) => Ok(a as usize),
+            Ok(r) => Err(unexpected(r)),
+            Err(e) if e.kind == omp_plugin::ErrorKind::Failed && e.reason.contains("out of memory") => {
+                Err(PluginError::out_of_memory(e.reason))
+            }
+            Err(e) => Err(e),
+        }
+    }
+
+    fn free(&self, ptr: usize, _kind: AllocKind) -> Result<()> {
+        let r = self.shared.worker()?;
+        if let Some(a) = &r.arena {
+            if a.free(ptr) {
+                return Ok(());
+            }
+            return Err(PluginError::failed(format!(
+                "0x{ptr:016x} is not memory allocated on device {} (freed twice, or never allocated)",
+                self.index
+            )));
+        }
+        self.call(&Request::Free { device: self.index, addr: ptr as u64 }).map(|_| ())
+    }
+
+    unsafe fn submit(&self, tgt: usize, host: usize, size: usize) -> Result<()> {
+        if size == 0 {
+            return Ok(());
+        }
+        let r = self.shared.worker()?;
+        let w = &r.worker;
+        if r.arena.as_ref().is_some_and(|a| a.contains(tgt, size)) {
+            // SAFETY: the host range is readable by the caller's promise; `[tgt, tgt+size)`
+            // lies in the arena, mapped read-write in this process for its whole life.
+            unsafe { host_memory::copy(tgt, host, size) };
+            return Ok(());
+        }
+        // SAFETY: the caller vouches that `[host, host+size)` is readable for this call.
+        let data = unsafe { std::slice::from_raw_parts(host as *const u8, size) };
+        w.write(self.index, tgt as u64, data).map_err(|e| error(w, e))
+    }
+
+    unsafe fn retrieve(&self, host: usize, tgt: usize, size: usize) -> Result<()> {
+        if size == 0 {
+            return Ok(());
+        }
+        let r = self.shared.worker()?;
+        let w = &r.worker;
+        if r.arena.as_ref().is_some_and(|a| a.contains(tgt, size)) {
+            // SAFETY: the host range is writable by the caller's promise; `[tgt, tgt+size)`
+            // lies in the arena, mapped in this process for its whole life.
+            unsafe { host_memory::copy(host, tgt, size) };
+            return Ok(());
+        }
+        // SAFETY: the caller vouches that `[host, host+size)` is writable and unused by
+        // anything else during this call.
+        let buf = unsafe { std::slice::from_raw_parts_mut(host as *mut u8, size) };
+        w.read_into(self.index, tgt as u64, buf).map_err(|e| error(w, e))
+    }
+
+    unsafe fn copy_within(&self, dst: usize, src: usize, size: usize) -> Result<()> {
+        let r = self.shared.worker()?;
+        if r.arena.as_ref().is_some_and(|a| a.contains(dst, size) && a.contains(src, size)) {
+            // SAFETY: both ranges lie in the arena (checked just above), mapped read-write
+            // here for its whole life and holding no Rust object.
+            unsafe { host_memory::copy(dst, src, size) };
+            return Ok(());
+        }
+        self.call(&Request::Copy { device: self.index, dst: dst as u64, src: src as u64, len: size as u64 }).map(|_| ())
+    }
+
+    unsafe fn launch(&self, kernel: KernelId, args: &[usize], config: &LaunchConfig) -> Result<()> {
+        if self.shared.check {
+            // SAFETY: the caller's promise, passed on.
+            return unsafe { self.launch_tracked(kernel, args, config, &[]) }.map(|_| ());
+        }
+        self.launch_untracked(kernel, args, config)
+    }
+
+    fn access_tracking(&self) -> Option<&dyn AccessTracking> {
+        let tracks = self.shared.check
+            && match &*self.shared.state.lock() {
+                State::Running(r) => r.arena.as_ref().is_some_and(|a| a.checking() && !a.tracking_off()),
+                _ => false,
+            };
+        tracks.then_some(self as &dyn AccessTracking)
+    }
+
+    fn info(&self) -> Vec<(String, String)> {
+        let worker = match &*self.shared.state.lock() {
+            State::Running(r) => match &r.arena {
+                Some(a) => {
+                    format!("pid {}, device memory shared at 0x{:x} ({} bytes)", r.worker.pid(), a.base(), a.size())
+                }
+                None => format!("pid {}", r.worker.pid()),
+            },
+            State::Failed(why) => format!("failed to start: {why}"),
+            State::NotStarted => "not started".into(),
+        };
+        vec![
+            ("Device Type".into(), "Generic-elf-64bit (isolated, LIBOMPTARGET_ISOLATE=1)".into()),
+            ("UID".into(), format!("x86_64-isolated-{}", self.index)),
+            ("Worker".into(), worker),
+        ]
+    }
+
+    /// As on a discrete GPU: a kernel here never reaches the program's own memory; memory
+    /// the device allocated (the shared arena, like managed memory) it does.
+    fn is_accessible(&self, ptr: usize, size: usize) -> bool {
+        match &*self.shared.state.lock() {
+            State::Running(r) => r.arena.as_ref().is_some_and(|a| a.contains(ptr, size.max(1))),
+            _ => false,
+        }
+    }
+}
+
+/// Check mode's tracked launches: the pages to watch go to the worker in the arena's control
+/// block, and what the kernel did to them comes back there.
+impl AccessTracking for IsolateDevice {
+    unsafe fn launch_tracked(
+        &self,
+        kernel: KernelId,
+        args: &[usize],
+        config: &LaunchConfig,
+        watch: &[(usize, usize)],
+    ) -> Result<Vec<PageAccess>> {
+        let r = self.shared.worker()?;
+        let Some(arena) = r.arena.as_ref().filter(|a| a.checking()) else {
+            return self.launch_untracked(kernel, args, config).map(|_| Vec::new());
+        };
+        let _one = self.shared.tracked_launch.lock();
+        // Without a control block the worker would not open the memory allocated since the
+        // last launch: the kernel would fault on it.
+        let prepared = arena.prepare(watch).ok_or_else(|| {
+            PluginError::out_of_memory("device memory is too full for the checker's record of this launch")
+        })?;
+        self.launch_untracked(kernel, args, config)?;
+        Ok(arena.accesses(&prepared))
+    }
+
+    fn last_fault(&self) -> Option<Fault> {
+        match &*self.shared.state.lock() {
+            State::Running(r) => r.arena.as_ref().and_then(|a| a.fault()),
+            _ => None,
+        }
+    }
+}
