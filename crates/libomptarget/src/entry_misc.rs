@@ -57,7 +57,7 @@ pub extern "C" fn __tgt_print_device_info(device_id: i64) -> i32 {
             return 0;
         };
         let mut s = String::new();
-        for (k, v) in dev.dev.info() {
+        for (k, v) in dev.info() {
             s.push_str(&format!("    {k:<15}{v}\n"));
         }
         print!("{s}");

@@ -146,3 +146,16 @@ fn a_lost_device_is_reported_once_and_not_used_again() {
     assert!(rt.check_device(0, Loc::NONE).is_err(), "a lost device runs no further construct");
     assert_eq!(rt.target_alloc(64, 0, omp_plugin::AllocKind::Default, "omp_target_alloc"), 0, "nor API call");
 }
+
+#[test]
+fn a_device_memory_api_call_that_meets_a_lost_device_marks_it_lost() {
+    let (rt, dev) = runtime(Config::default());
+    let p = rt.target_alloc(64, 0, omp_plugin::AllocKind::Default, "omp_target_alloc");
+    assert_ne!(p, 0);
+    dev.lose("worker process exited (signal 9)");
+    let src = [1u8; 64];
+    let host = rt.initial_device();
+    assert_eq!(rt.memcpy(p, src.as_ptr() as usize, 64, 0, 0, 0, host), omp_runtime::api::FAIL);
+    assert_eq!(rt.device(0).expect("device 0").lost(), Some("worker process exited (signal 9)"));
+    assert!(rt.check_device(0, Loc::NONE).is_err(), "a lost device runs no further construct");
+}

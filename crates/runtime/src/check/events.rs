@@ -229,7 +229,7 @@ impl Checker {
                     e.meaningful = true;
                     e.copied_at = loc;
                     // Whether a kernel reads them only a device that tracks accesses can tell.
-                    let tracked = dev.is_some_and(|d| d.dev.tracks_accesses());
+                    let tracked = dev.is_some_and(|d| d.tracks_accesses());
                     for p in e.pages_for(s, end).filter(|_| tracked) {
                         e.unread[p] = true;
                     }

@@ -158,12 +158,7 @@ fn fingerprint(bytes: &[u8]) -> u64 {
     h
 }
 
-/// The device's bytes `[tgt, tgt+len)`, read through the plugin.
+/// The device's bytes `[tgt, tgt+len)`, read through the device layer.
 fn read_device(dev: &DeviceCtx, tgt: usize, len: usize) -> Option<Vec<u8>> {
-    let mut buf = Vec::new();
-    buf.try_reserve_exact(len).ok()?;
-    buf.resize(len, 0);
-    // SAFETY: `buf` is ours, `len` writable bytes; the device range is a live mapping's.
-    unsafe { dev.dev.retrieve(buf.as_mut_ptr() as usize, tgt, len) }.ok()?;
-    Some(buf)
+    dev.read_for_observer(tgt, len)
 }

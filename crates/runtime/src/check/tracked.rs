@@ -27,8 +27,8 @@ impl Checker {
         name: &str,
         loc: Loc,
     ) -> omp_plugin::Result<()> {
-        if !dev.dev.tracks_accesses() {
-            return dev.dev.launch(kernel, args, config);
+        if !dev.tracks_accesses() {
+            return dev.launch_untracked(kernel, args, config);
         }
         // Page → (mapping key, its device address, page index, why watched).
         let mut plan: HashMap<usize, ((i32, usize), usize, usize, Why)> = HashMap::new();
@@ -66,7 +66,7 @@ impl Checker {
             }
         }
         let watch: Vec<(usize, usize)> = plan.keys().map(|&p| (p, TRACK_PAGE)).collect();
-        match dev.dev.launch_tracked(kernel, args, config, &watch) {
+        match dev.launch_tracked(kernel, args, config, &watch) {
             Ok(accesses) => {
                 let mut entries = self.entries.lock();
                 let mut found: Vec<(u8, (i32, usize), usize)> = Vec::new();
@@ -109,7 +109,7 @@ impl Checker {
             }
             Err(err) => {
                 if err.is_lost() && self.findings() {
-                    if let Some(f) = dev.dev.last_fault() {
+                    if let Some(f) = dev.last_fault() {
                         self.fault(dev, f, name, loc);
                     }
                 }

@@ -4,8 +4,8 @@ use super::MapArgs;
 use crate::map_type::{self as mt, has, member_of};
 use crate::table::{Lookup, MapEntry};
 use crate::trace::{Event, RcChange};
-use crate::{info, DeviceCtx, Failed, Outcome, Runtime};
-use omp_plugin::{host_memory, AllocKind};
+use crate::{DeviceCtx, Failed, Outcome, Runtime};
+use omp_plugin::host_memory;
 
 impl Runtime {
     /// targetDataEnd: release every entry, in reverse order; copy back on the last
@@ -48,13 +48,8 @@ impl Runtime {
             name: e.name,
         });
         if e.owns_memory {
-            let allocated = e.size() + (e.tgt_begin - e.tgt_alloc);
-            let start = self.start_timer();
-            let freed = dev.free_sized(e.tgt_alloc, allocated, AllocKind::Default);
-            let time = Self::stop_timer(start);
-            self.emit(&Event::Free { device: dev.id, tgt: e.tgt_alloc, bytes: e.size(), name: e.name, time });
-            if let Err(err) = freed {
-                info::error(format_args!("Deallocating data from device failed: {err}"));
+            if let Err(err) = dev.free_mapping(self, e) {
+                err.report(format_args!("Deallocating data from device failed: {err}"));
             }
         }
     }

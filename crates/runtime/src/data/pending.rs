@@ -3,8 +3,8 @@
 
 use super::{ConstructState, PendingCopy};
 use crate::table::MappingTable;
-use crate::trace::{Direction, Event};
-use crate::{info, DeviceCtx, Failed, Outcome, Runtime};
+use crate::trace::Event;
+use crate::{DeviceCtx, Failed, Outcome, Runtime};
 
 impl Runtime {
     /// Queues an event decided under the table lock, to be emitted after it is released; it
@@ -28,7 +28,7 @@ impl Runtime {
         let mut table = held.unwrap_or_else(|| dev.lock_table());
         while ranges.iter().any(|&(hp, size)| table.is_busy(hp, size)) {
             table.waiters += 1;
-            table = dev.mapped.wait(table);
+            table = dev.wait_mapped(table);
             table.waiters -= 1;
         }
         table
@@ -65,54 +65,25 @@ impl Runtime {
             let waiters = table.waiters;
             drop(table);
             if waiters > 0 {
-                dev.mapped.notify_all();
+                dev.notify_mapped();
             }
         }
         result
     }
 
-    /// Host→device copy with INFO 0x20 reporting.
+    /// Host→device copy of mapping `name`, with INFO 0x20 reporting; a failure is said here.
     ///
     /// # Safety
     /// `[host, host+size)` must be readable program memory for the duration of the call.
     pub(crate) unsafe fn submit(&self, dev: &DeviceCtx, tgt: usize, host: usize, size: usize, name: usize) -> Outcome {
-        self.transfer(dev, Direction::ToDevice, host, tgt, size, name, || {
-            // SAFETY: the caller's promise.
-            unsafe { dev.dev.submit(tgt, host, size) }
-        })
-        .map_err(|e| {
-            info::error(format_args!("Copying data to device failed: {e}"));
-            dev.note_failure(&e, "copying data to it");
+        // SAFETY: the caller's promise.
+        unsafe { dev.submit_traced(self, tgt, host, size, name) }.map_err(|e| {
+            e.report(format_args!("Copying data to device failed: {e}"));
             Failed
         })
     }
 
-    /// A copy between the event that announces it and the one that reports it done.
-    #[allow(clippy::too_many_arguments)]
-    pub(super) fn transfer<R>(
-        &self,
-        dev: &DeviceCtx,
-        dir: Direction,
-        host: usize,
-        tgt: usize,
-        bytes: usize,
-        name: usize,
-        copy: impl FnOnce() -> R,
-    ) -> R {
-        if !self.observing() {
-            return copy();
-        }
-        let ev = |done| Event::Transfer { device: dev.id, dir, host, tgt, bytes, name, done };
-        self.emit(&ev(None));
-        let start = self.start_timer();
-        let r = copy();
-        if let Some(t) = Self::stop_timer(start) {
-            self.emit(&ev(Some(t)));
-        }
-        r
-    }
-
-    /// Device→host copy with INFO 0x20 reporting.
+    /// Device→host copy of mapping `name`, with INFO 0x20 reporting; a failure is said here.
     ///
     /// # Safety
     /// `[host, host+size)` must be writable program memory for the duration of the call.
@@ -124,13 +95,9 @@ impl Runtime {
         size: usize,
         name: usize,
     ) -> Outcome {
-        self.transfer(dev, Direction::FromDevice, host, tgt, size, name, || {
-            // SAFETY: the caller's promise.
-            unsafe { dev.dev.retrieve(host, tgt, size) }
-        })
-        .map_err(|e| {
-            info::error(format_args!("Copying data from device failed: {e}"));
-            dev.note_failure(&e, "copying data from it");
+        // SAFETY: the caller's promise.
+        unsafe { dev.retrieve_traced(self, host, tgt, size, name) }.map_err(|e| {
+            e.report(format_args!("Copying data from device failed: {e}"));
             Failed
         })
     }

@@ -1,11 +1,11 @@
 //! LLVM's getTargetPointer: find or create the device copy of one host range.
 
 use super::{ConstructState, PendingCopy, Request, TargetPointer};
+use crate::device::Allocation;
 use crate::map_type::{self as mt, has};
 use crate::table::{Lookup, MapEntry, MappingTable};
 use crate::trace::{Event, RcChange};
 use crate::{info, DeviceCtx, Failed, Runtime};
-use omp_plugin::AllocKind;
 
 impl Runtime {
     /// LLVM's getTargetPointer: find or create the device copy of one host range.
@@ -77,14 +77,11 @@ impl Runtime {
             return Ok(tp);
         } else if r.size > 0 {
             let bytes = r.size + r.padding;
-            let start = self.start_timer();
-            let alloc = dev.alloc(bytes, AllocKind::Default).map_err(|e| {
-                info::error(format_args!("Failed to allocate {} bytes on device {}: {e}", r.size + r.padding, dev.id));
-                dev.note_failure(&e, "allocating memory");
+            let Allocation { tgt: alloc, time } = dev.alloc_mapping(self, bytes).map_err(|e| {
+                e.report(format_args!("Failed to allocate {bytes} bytes on device {}: {e}", dev.id));
                 Failed
             })?;
             let tgt_begin = alloc + r.padding;
-            let time = Self::stop_timer(start);
             self.queue(st, || Event::Alloc { device: dev.id, host: r.begin, tgt: alloc, bytes, name: r.name, time });
             let (dyn_rc, hold_rc) = if hold { (0, 1) } else { (1, 0) };
             let key = t.insert(MapEntry {
