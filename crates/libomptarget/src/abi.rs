@@ -159,13 +159,7 @@ pub unsafe fn descriptor(desc: *const BinDesc) -> Result<Descriptor, String> {
         // unloads meanwhile.
         images.push(BinaryImage { bytes: bytes.into() });
     }
-    // A program without kernels or globals has an empty table, which says nothing about its
-    // compiler: then the device image's dependency on libomptarget.so.NN tells.
-    let layout = if entries.is_empty() && images.iter().any(|i| contains(&i.bytes, b"libomptarget.so.19")) {
-        omp_format::EntryLayout::Legacy
-    } else {
-        layout
-    };
+    let layout = omp_runtime::compose::entry_layout(layout, &entries, &images);
     Ok(Descriptor { key: desc as usize, images, entries, layout })
 }
 
@@ -178,8 +172,4 @@ fn byte_range(start: *const u8, end: *const u8) -> Option<&'static [u8]> {
     // SAFETY: registration code points both ends into one constant of the binary, which stays
     // mapped while it is registered (we never touch it after `__tgt_unregister_lib`).
     Some(unsafe { std::slice::from_raw_parts(start, len) })
-}
-
-fn contains(hay: &[u8], needle: &[u8]) -> bool {
-    hay.windows(needle.len()).any(|w| w == needle)
 }
