@@ -137,24 +137,43 @@ pub unsafe fn kernel_launch<'a>(args: *mut KernelArgs, num_teams: i32, thread_li
     })
 }
 
+/// Why a `__tgt_bin_desc` cannot be read (`__tgt_register_lib` says so and ignores it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DescriptorError {
+    Null,
+    EntryTableReversed,
+    EntryTable(omp_format::FormatError),
+    ImageReversed,
+}
+
+impl std::fmt::Display for DescriptorError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DescriptorError::Null => f.write_str("NULL binary descriptor"),
+            DescriptorError::EntryTableReversed => f.write_str("offload entry table has its end before its start"),
+            DescriptorError::EntryTable(e) => write!(f, "{e}"),
+            DescriptorError::ImageReversed => f.write_str("device image has its end before its start"),
+        }
+    }
+}
+
 /// Unpacks `__tgt_bin_desc`, detecting the entry layout from the whole table.
 ///
 /// # Safety
 /// `desc` must point to a descriptor the compiler's registration code built.
-pub unsafe fn descriptor(desc: *const BinDesc) -> Result<Descriptor, String> {
+pub unsafe fn descriptor(desc: *const BinDesc) -> Result<Descriptor, DescriptorError> {
     if desc.is_null() {
-        return Err("NULL binary descriptor".into());
+        return Err(DescriptorError::Null);
     }
     // SAFETY: non-null, built by the registration constructor.
     let d = unsafe { &*desc };
-    let table = byte_range(d.host_entries_begin, d.host_entries_end)
-        .ok_or("offload entry table has its end before its start")?;
-    let (layout, entries) = parse_entry_table(table).map_err(|e| e.to_string())?;
+    let table = byte_range(d.host_entries_begin, d.host_entries_end).ok_or(DescriptorError::EntryTableReversed)?;
+    let (layout, entries) = parse_entry_table(table).map_err(DescriptorError::EntryTable)?;
     // SAFETY: the image array holds `num_device_images` elements.
     let imgs = unsafe { slice(d.device_images, d.num_device_images) };
     let mut images = Vec::with_capacity(imgs.len());
     for img in imgs {
-        let bytes = byte_range(img.image_start, img.image_end).ok_or("device image has its end before its start")?;
+        let bytes = byte_range(img.image_start, img.image_end).ok_or(DescriptorError::ImageReversed)?;
         // Copied: the runtime keeps images as long as it needs them, whatever the program
         // unloads meanwhile.
         images.push(BinaryImage { bytes: bytes.into() });
@@ -172,4 +191,45 @@ fn byte_range(start: *const u8, end: *const u8) -> Option<&'static [u8]> {
     // SAFETY: registration code points both ends into one constant of the binary, which stays
     // mapped while it is registered (we never touch it after `__tgt_unregister_lib`).
     Some(unsafe { std::slice::from_raw_parts(start, len) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn desc(entries: &[u8], images: &[DeviceImage]) -> BinDesc {
+        BinDesc {
+            num_device_images: images.len() as i32,
+            device_images: images.as_ptr(),
+            host_entries_begin: entries.as_ptr(),
+            host_entries_end: entries.as_ptr().wrapping_add(entries.len()),
+        }
+    }
+
+    #[test]
+    fn unreadable_descriptors_say_why_as_values() {
+        // SAFETY: a null descriptor is checked before anything is read.
+        assert_eq!(unsafe { descriptor(std::ptr::null()) }.err(), Some(DescriptorError::Null));
+        let table = [0u8; 32];
+        let mut reversed = desc(&table, &[]);
+        std::mem::swap(&mut reversed.host_entries_begin, &mut reversed.host_entries_end);
+        // SAFETY: both ends point into `table`; no image.
+        let err = unsafe { descriptor(&reversed) }.err();
+        assert_eq!(err, Some(DescriptorError::EntryTableReversed));
+        assert_eq!(err.unwrap().to_string(), "offload entry table has its end before its start");
+        let odd = [0u8; 7];
+        // SAFETY: the entry table is `odd`, 7 bytes; no image.
+        let err = unsafe { descriptor(&desc(&odd, &[])) }.err();
+        assert!(matches!(err, Some(DescriptorError::EntryTable(_))), "{err:?}");
+        let image = [1u8; 4];
+        let backwards = DeviceImage {
+            image_start: image.as_ptr().wrapping_add(4),
+            image_end: image.as_ptr(),
+            entries_begin: std::ptr::null(),
+            entries_end: std::ptr::null(),
+        };
+        // SAFETY: no entries; one image whose ends point into `image`.
+        let err = unsafe { descriptor(&desc(&[], std::slice::from_ref(&backwards))) }.err();
+        assert_eq!(err, Some(DescriptorError::ImageReversed));
+    }
 }

@@ -10,7 +10,7 @@ pub unsafe extern "C" fn __tgt_register_lib(desc: *const BinDesc) {
         // SAFETY: called by the registration constructor with its descriptor.
         match unsafe { abi::descriptor(desc) } {
             Ok(d) => rt().register_lib(d),
-            Err(e) => rt().register_failed(&e),
+            Err(e) => rt().register_failed(&e.to_string()),
         }
     })
 }

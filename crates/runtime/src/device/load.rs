@@ -1,6 +1,31 @@
 //! Images loaded at a device's first use: kernels resolved, declare-target globals bound.
 
 use super::*;
+use omp_plugin::PluginError;
+use std::fmt;
+
+/// Why a device's images could not be loaded and bound (`Failed to init globals`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LoadError {
+    /// The backend refused the image.
+    Image(PluginError),
+    /// The device address of an indirect function could not be read.
+    IndirectFunction(String),
+    /// A declare-target global could not be copied (`requires unified_shared_memory`).
+    Global(PluginError),
+}
+
+impl fmt::Display for LoadError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            LoadError::Image(e) => write!(f, "Failed to load image: {e}"),
+            LoadError::IndirectFunction(name) => write!(f, "cannot read indirect function {name}"),
+            LoadError::Global(e) => write!(f, "{e}"),
+        }
+    }
+}
+
+impl std::error::Error for LoadError {}
 
 impl Runtime {
     /// Loads, on first use of the device, every registered image it can run, binds
@@ -10,7 +35,7 @@ impl Runtime {
     /// the system loader, whose own lock another thread may hold while it registers a
     /// library (its constructor calls `__tgt_register_lib`). Threads that need an image
     /// another thread is loading wait for it.
-    pub fn ensure_loaded(&self, dev: &DeviceCtx) -> Result<(), String> {
+    pub fn ensure_loaded(&self, dev: &DeviceCtx) -> Result<(), LoadError> {
         let generation = self.generation.load(Ordering::Acquire);
         if dev.loaded_generation.load(Ordering::Acquire) == generation {
             return Ok(());
@@ -57,10 +82,10 @@ impl Runtime {
         }
     }
 
-    fn load_one(&self, dev: &DeviceCtx, job: &LoadJob) -> Result<ImageId, String> {
+    fn load_one(&self, dev: &DeviceCtx, job: &LoadJob) -> Result<ImageId, LoadError> {
         let image = &job.image;
         let start = self.start_timer();
-        let image_id = dev.backend.load_image(image.bytes()).map_err(|e| format!("Failed to load image: {e}"))?;
+        let image_id = dev.backend.load_image(image.bytes()).map_err(LoadError::Image)?;
         let bound = self.bind_entries(dev, image_id, &job.entries);
         self.emit(&crate::trace::Event::ImageLoaded {
             device: dev.id,
@@ -88,7 +113,7 @@ impl Runtime {
         dev: &DeviceCtx,
         image: ImageId,
         entries: &[omp_format::OffloadEntry],
-    ) -> Result<(), String> {
+    ) -> Result<(), LoadError> {
         let usm = self.requires_usm();
         let mut kernels = Vec::new();
         let mut globals = Vec::new();
@@ -119,7 +144,7 @@ impl Runtime {
                 let mut fnaddr = 0usize;
                 // SAFETY: `fnaddr` is a local, 8 writable bytes.
                 unsafe { self.retrieve(dev, &mut fnaddr as *mut usize as usize, tgt, 8, 0) }
-                    .map_err(|_| format!("cannot read indirect function {name}"))?;
+                    .map_err(|_| LoadError::IndirectFunction(name.to_string()))?;
                 fnaddr
             } else {
                 tgt
@@ -127,7 +152,7 @@ impl Runtime {
             if usm && !e.is_indirect() {
                 // SAFETY: a declare-target entry's address and size describe the program's
                 // global, alive while its binary is registered.
-                unsafe { dev.backend.submit(tgt, host, size) }.map_err(|err| err.to_string())?;
+                unsafe { dev.backend.submit(tgt, host, size) }.map_err(LoadError::Global)?;
             }
             globals.push((host, size, tgt, e.name as usize));
         }

@@ -10,8 +10,9 @@
 mod load;
 mod ops;
 
+pub use load::LoadError;
 pub(crate) use ops::Allocation;
-pub use ops::DeviceError;
+pub use ops::{DeviceError, DeviceOp};
 
 use crate::memory_manager::MemoryManager;
 use crate::registry::RegisteredDesc;

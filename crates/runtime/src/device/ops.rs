@@ -10,17 +10,44 @@ use crate::{info, Loc, Runtime};
 use omp_plugin::{AllocKind, Fault, KernelId, LaunchConfig, PageAccess, PluginError};
 use std::fmt;
 
+/// A device operation (for the lost-device line: what the device was doing).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeviceOp {
+    Alloc,
+    Free,
+    Submit,
+    Retrieve,
+    CopyWithin,
+    Launch,
+    Unload,
+}
+
+impl fmt::Display for DeviceOp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            DeviceOp::Alloc => "allocating memory",
+            DeviceOp::Free => "freeing memory",
+            DeviceOp::Submit => "copying data to it",
+            DeviceOp::Retrieve => "copying data from it",
+            DeviceOp::CopyWithin => "copying data within it",
+            DeviceOp::Launch => "running a kernel",
+            DeviceOp::Unload => "unloading an image",
+        })
+    }
+}
+
 /// A backend operation that failed. The device layer has already recorded a lost device as
 /// lost; [`DeviceError::report`] says what failed and, the first time, that it was lost.
-#[derive(Debug)]
+/// `Display` is the backend's reason, which callers put in their own message.
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeviceError {
+    /// The operation that failed.
+    pub op: DeviceOp,
     /// What the backend said.
     pub source: PluginError,
     device: i32,
     /// This failure is the one that lost the device (said once).
     newly_lost: bool,
-    /// What the device was doing, for the lost-device line.
-    during: &'static str,
 }
 
 impl DeviceError {
@@ -33,7 +60,7 @@ impl DeviceError {
     /// while doing this operation.
     pub fn report(&self, msg: fmt::Arguments) {
         info::error(msg);
-        self.report_lost(format_args!("{}", self.during));
+        self.report_lost(format_args!("{}", self.op));
     }
 
     /// As [`DeviceError::report`], naming what the device was doing in the lost-device line.
@@ -70,13 +97,13 @@ pub(crate) struct Allocation {
 impl DeviceCtx {
     /// The bookkeeping of a failed backend call: a lost device is marked lost (the first
     /// failure that says so is the one that reports it).
-    fn failed(&self, source: PluginError, during: &'static str) -> DeviceError {
+    fn failed(&self, source: PluginError, op: DeviceOp) -> DeviceError {
         let newly_lost = source.is_lost() && self.lost.set(source.reason.clone()).is_ok();
-        DeviceError { source, device: self.id, newly_lost, during }
+        DeviceError { op, source, device: self.id, newly_lost }
     }
 
-    fn check<T>(&self, r: omp_plugin::Result<T>, during: &'static str) -> Result<T, DeviceError> {
-        r.map_err(|e| self.failed(e, during))
+    fn check<T>(&self, r: omp_plugin::Result<T>, op: DeviceOp) -> Result<T, DeviceError> {
+        r.map_err(|e| self.failed(e, op))
     }
 
     /// Allocates device memory for the runtime's own use (mappings, private copies), through
@@ -99,7 +126,7 @@ impl DeviceCtx {
             }
             self.backend.alloc(size, kind)
         });
-        self.check(r, "allocating memory")
+        self.check(r, DeviceOp::Alloc)
     }
 
     /// A mapping's device memory (`bytes` with its padding), timed for the `Alloc` event the
@@ -121,7 +148,7 @@ impl DeviceCtx {
 
     /// Frees memory from [`DeviceCtx::alloc_direct`].
     pub(crate) fn free_direct(&self, ptr: usize, kind: AllocKind) -> Result<(), DeviceError> {
-        self.check(self.backend.free(ptr, kind), "freeing memory")
+        self.check(self.backend.free(ptr, kind), DeviceOp::Free)
     }
 
     /// Frees the device memory of a removed mapping, with its `Free` event.
@@ -201,7 +228,7 @@ impl DeviceCtx {
     /// `[host, host+size)` must be readable program memory for the duration of the call.
     pub(crate) unsafe fn submit(&self, tgt: usize, host: usize, size: usize) -> Result<(), DeviceError> {
         // SAFETY: the caller's promise.
-        self.check(unsafe { self.backend.submit(tgt, host, size) }, "copying data to it")
+        self.check(unsafe { self.backend.submit(tgt, host, size) }, DeviceOp::Submit)
     }
 
     /// Device→host copy with no event (the device memory API reports its own).
@@ -210,12 +237,12 @@ impl DeviceCtx {
     /// `[host, host+size)` must be writable program memory for the duration of the call.
     pub(crate) unsafe fn retrieve(&self, host: usize, tgt: usize, size: usize) -> Result<(), DeviceError> {
         // SAFETY: the caller's promise.
-        self.check(unsafe { self.backend.retrieve(host, tgt, size) }, "copying data from it")
+        self.check(unsafe { self.backend.retrieve(host, tgt, size) }, DeviceOp::Retrieve)
     }
 
     /// Copies `len` bytes between two places of this device's memory.
     pub(crate) fn copy_within(&self, dst: usize, src: usize, len: usize) -> Result<(), DeviceError> {
-        self.check(self.backend.copy_within(dst, src, len), "copying data within it")
+        self.check(self.backend.copy_within(dst, src, len), DeviceOp::CopyWithin)
     }
 
     /// Device bytes for an observer (the checker): no event, and a failure is the observer's
@@ -254,7 +281,7 @@ impl DeviceCtx {
         if let Some(t) = Runtime::stop_timer(start) {
             rt.emit(&event(Some(t)));
         }
-        self.check(launched, "running a kernel")
+        self.check(launched, DeviceOp::Launch)
     }
 
     /// Whether the device can say which watched pages a kernel read and wrote (the checker).
@@ -302,7 +329,7 @@ impl DeviceCtx {
 
     /// Unloads an image no launch uses any more.
     pub(crate) fn unload_image(&self, image: omp_plugin::ImageId) -> Result<(), DeviceError> {
-        self.check(self.backend.unload_image(image), "unloading an image")
+        self.check(self.backend.unload_image(image), DeviceOp::Unload)
     }
 }
 
@@ -321,12 +348,12 @@ mod tests {
         // SAFETY: `byte` is a local, 1 readable byte.
         let first = unsafe { dev.submit(p, &byte as *const u8 as usize, 1) }.expect_err("a lost device copies nothing");
         assert!(first.is_lost() && first.newly_lost);
-        assert_eq!(first.during, "copying data to it");
+        assert_eq!(first.op, DeviceOp::Submit);
         assert_eq!(first.to_string(), "worker process exited (signal 9)");
         assert_eq!(dev.lost(), Some("worker process exited (signal 9)"));
         let second = dev.alloc(64, AllocKind::Default).expect_err("nor allocates");
         assert!(second.is_lost() && !second.newly_lost, "the loss is reported once");
-        assert_eq!(second.during, "allocating memory");
+        assert_eq!(second.op, DeviceOp::Alloc);
     }
 
     #[test]
