@@ -94,16 +94,17 @@ pub unsafe fn map_args<'a>(
         return None;
     }
     // SAFETY: the arrays hold `count` pointer-sized elements (caller's contract); usize and
-    // pointers share a layout.
+    // pointers share a layout. Their entries are the running construct's map clauses, as
+    // clang emits them (the caller's contract), which is what `MapArgs::new` asks.
     unsafe {
-        Some(MapArgs {
-            bases: if count == 0 { &mut [] } else { std::slice::from_raw_parts_mut(bases.cast::<usize>(), count) },
-            begins: slice(begins.cast::<usize>(), n),
-            sizes: slice(sizes, n),
-            types: slice(types, n),
-            names: (!names.is_null() && count > 0).then(|| slice(names.cast::<usize>(), n)),
-            mappers: (!mappers.is_null() && count > 0).then(|| slice(mappers.cast::<usize>(), n)),
-        })
+        Some(MapArgs::new(
+            if count == 0 { &mut [] } else { std::slice::from_raw_parts_mut(bases.cast::<usize>(), count) },
+            slice(begins.cast::<usize>(), n),
+            slice(sizes, n),
+            slice(types, n),
+            (!names.is_null() && count > 0).then(|| slice(names.cast::<usize>(), n)),
+            (!mappers.is_null() && count > 0).then(|| slice(mappers.cast::<usize>(), n)),
+        ))
     }
 }
 

@@ -178,7 +178,7 @@ impl Checker {
                     }
                     Direction::ToDevice if e.synced.is_empty() && e.host_readable() => {
                         // A new mapping: were these very bytes sent here before?
-                        let print = fingerprint(e.host(s, end));
+                        let print = fingerprint(&e.host_bytes(s, end));
                         let mut sent = self.sent.lock();
                         if sent.len() >= MAX_FINGERPRINTS {
                             sent.clear();

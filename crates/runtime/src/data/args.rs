@@ -2,20 +2,42 @@
 
 use crate::Runtime;
 
-/// The map arrays of one construct, as the compiler laid them out.
+/// The map arrays of one construct, as the compiler laid them out. The addresses in them
+/// are the program's: only [`MapArgs::new`], an `unsafe fn` called at the C boundary, makes
+/// one, and the runtime reads and writes through them on the strength of its promise.
 pub struct MapArgs<'a> {
     /// `ArgsBase`: written back for `use_device_ptr`/`use_device_addr` (RETURN_PARAM).
-    pub bases: &'a mut [usize],
-    pub begins: &'a [usize],
-    pub sizes: &'a [i64],
-    pub types: &'a [i64],
+    pub(crate) bases: &'a mut [usize],
+    pub(crate) begins: &'a [usize],
+    pub(crate) sizes: &'a [i64],
+    pub(crate) types: &'a [i64],
     /// Map-name strings, when compiled with debug information.
-    pub names: Option<&'a [usize]>,
+    pub(crate) names: Option<&'a [usize]>,
     /// `declare mapper` functions, per entry (0 for none).
-    pub mappers: Option<&'a [usize]>,
+    pub(crate) mappers: Option<&'a [usize]>,
 }
 
-impl MapArgs<'_> {
+impl<'a> MapArgs<'a> {
+    /// The map arrays of a construct.
+    ///
+    /// # Safety
+    /// For each entry `i`, as clang lays them out for a construct that is running:
+    /// `[begins[i], begins[i] + sizes[i])` is program memory the construct names, readable
+    /// (and writable for a `from` map) until the construct ends; the base of a PTR_AND_OBJ
+    /// or ATTACH entry is the address of a pointer variable; the begin of a non-contiguous
+    /// entry points to `sizes[i]` dimension descriptors; each name is 0 or a map-name string
+    /// constant of a registered binary, and each mapper 0 or a `declare mapper` function.
+    pub unsafe fn new(
+        bases: &'a mut [usize],
+        begins: &'a [usize],
+        sizes: &'a [i64],
+        types: &'a [i64],
+        names: Option<&'a [usize]>,
+        mappers: Option<&'a [usize]>,
+    ) -> Self {
+        MapArgs { bases, begins, sizes, types, names, mappers }
+    }
+
     pub fn len(&self) -> usize {
         self.types.len()
     }
@@ -33,21 +55,27 @@ impl MapArgs<'_> {
 /// Components a `declare mapper` function pushed (`__tgt_push_mapper_component`).
 #[derive(Debug, Default)]
 pub struct MapperComponents {
-    pub bases: Vec<usize>,
-    pub begins: Vec<usize>,
-    pub sizes: Vec<i64>,
-    pub types: Vec<i64>,
-    pub names: Vec<usize>,
+    bases: Vec<usize>,
+    begins: Vec<usize>,
+    sizes: Vec<i64>,
+    types: Vec<i64>,
+    names: Vec<usize>,
 }
 
 impl MapperComponents {
-    pub fn push(&mut self, base: usize, begin: usize, size: i64, ty: i64, name: usize) {
+    /// Adds the component a mapper pushed.
+    ///
+    /// # Safety
+    /// The component is a map entry of the running construct, as [`MapArgs::new`] requires.
+    pub unsafe fn push(&mut self, base: usize, begin: usize, size: i64, ty: i64, name: usize) {
         self.bases.push(base);
         self.begins.push(begin);
         self.sizes.push(size);
         self.types.push(ty);
         self.names.push(name);
     }
+    /// The components as a construct's map arrays: each came through [`MapperComponents::push`],
+    /// whose caller vouched for it as [`MapArgs::new`] requires.
     pub(super) fn args(&mut self) -> MapArgs<'_> {
         MapArgs {
             bases: &mut self.bases,
