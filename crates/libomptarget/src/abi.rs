@@ -94,16 +94,17 @@ pub unsafe fn map_args<'a>(
         return None;
     }
     // SAFETY: the arrays hold `count` pointer-sized elements (caller's contract); usize and
-    // pointers share a layout.
+    // pointers share a layout. Their entries are the running construct's map clauses, as
+    // clang emits them (the caller's contract), which is what `MapArgs::new` asks.
     unsafe {
-        Some(MapArgs {
-            bases: if count == 0 { &mut [] } else { std::slice::from_raw_parts_mut(bases.cast::<usize>(), count) },
-            begins: slice(begins.cast::<usize>(), n),
-            sizes: slice(sizes, n),
-            types: slice(types, n),
-            names: (!names.is_null() && count > 0).then(|| slice(names.cast::<usize>(), n)),
-            mappers: (!mappers.is_null() && count > 0).then(|| slice(mappers.cast::<usize>(), n)),
-        })
+        Some(MapArgs::new(
+            if count == 0 { &mut [] } else { std::slice::from_raw_parts_mut(bases.cast::<usize>(), count) },
+            slice(begins.cast::<usize>(), n),
+            slice(sizes, n),
+            slice(types, n),
+            (!names.is_null() && count > 0).then(|| slice(names.cast::<usize>(), n)),
+            (!mappers.is_null() && count > 0).then(|| slice(mappers.cast::<usize>(), n)),
+        ))
     }
 }
 
@@ -137,35 +138,48 @@ pub unsafe fn kernel_launch<'a>(args: *mut KernelArgs, num_teams: i32, thread_li
     })
 }
 
+/// Why a `__tgt_bin_desc` cannot be read (`__tgt_register_lib` says so and ignores it).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum DescriptorError {
+    Null,
+    EntryTableReversed,
+    EntryTable(omp_format::FormatError),
+    ImageReversed,
+}
+
+impl std::fmt::Display for DescriptorError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DescriptorError::Null => f.write_str("NULL binary descriptor"),
+            DescriptorError::EntryTableReversed => f.write_str("offload entry table has its end before its start"),
+            DescriptorError::EntryTable(e) => write!(f, "{e}"),
+            DescriptorError::ImageReversed => f.write_str("device image has its end before its start"),
+        }
+    }
+}
+
 /// Unpacks `__tgt_bin_desc`, detecting the entry layout from the whole table.
 ///
 /// # Safety
 /// `desc` must point to a descriptor the compiler's registration code built.
-pub unsafe fn descriptor(desc: *const BinDesc) -> Result<Descriptor, String> {
+pub unsafe fn descriptor(desc: *const BinDesc) -> Result<Descriptor, DescriptorError> {
     if desc.is_null() {
-        return Err("NULL binary descriptor".into());
+        return Err(DescriptorError::Null);
     }
     // SAFETY: non-null, built by the registration constructor.
     let d = unsafe { &*desc };
-    let table = byte_range(d.host_entries_begin, d.host_entries_end)
-        .ok_or("offload entry table has its end before its start")?;
-    let (layout, entries) = parse_entry_table(table).map_err(|e| e.to_string())?;
+    let table = byte_range(d.host_entries_begin, d.host_entries_end).ok_or(DescriptorError::EntryTableReversed)?;
+    let (layout, entries) = parse_entry_table(table).map_err(DescriptorError::EntryTable)?;
     // SAFETY: the image array holds `num_device_images` elements.
     let imgs = unsafe { slice(d.device_images, d.num_device_images) };
     let mut images = Vec::with_capacity(imgs.len());
     for img in imgs {
-        let bytes = byte_range(img.image_start, img.image_end).ok_or("device image has its end before its start")?;
+        let bytes = byte_range(img.image_start, img.image_end).ok_or(DescriptorError::ImageReversed)?;
         // Copied: the runtime keeps images as long as it needs them, whatever the program
         // unloads meanwhile.
         images.push(BinaryImage { bytes: bytes.into() });
     }
-    // A program without kernels or globals has an empty table, which says nothing about its
-    // compiler: then the device image's dependency on libomptarget.so.NN tells.
-    let layout = if entries.is_empty() && images.iter().any(|i| contains(&i.bytes, b"libomptarget.so.19")) {
-        omp_format::EntryLayout::Legacy
-    } else {
-        layout
-    };
+    let layout = omp_runtime::compose::entry_layout(layout, &entries, &images);
     Ok(Descriptor { key: desc as usize, images, entries, layout })
 }
 
@@ -180,6 +194,43 @@ fn byte_range(start: *const u8, end: *const u8) -> Option<&'static [u8]> {
     Some(unsafe { std::slice::from_raw_parts(start, len) })
 }
 
-fn contains(hay: &[u8], needle: &[u8]) -> bool {
-    hay.windows(needle.len()).any(|w| w == needle)
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn desc(entries: &[u8], images: &[DeviceImage]) -> BinDesc {
+        BinDesc {
+            num_device_images: images.len() as i32,
+            device_images: images.as_ptr(),
+            host_entries_begin: entries.as_ptr(),
+            host_entries_end: entries.as_ptr().wrapping_add(entries.len()),
+        }
+    }
+
+    #[test]
+    fn unreadable_descriptors_say_why_as_values() {
+        // SAFETY: a null descriptor is checked before anything is read.
+        assert_eq!(unsafe { descriptor(std::ptr::null()) }.err(), Some(DescriptorError::Null));
+        let table = [0u8; 32];
+        let mut reversed = desc(&table, &[]);
+        std::mem::swap(&mut reversed.host_entries_begin, &mut reversed.host_entries_end);
+        // SAFETY: both ends point into `table`; no image.
+        let err = unsafe { descriptor(&reversed) }.err();
+        assert_eq!(err, Some(DescriptorError::EntryTableReversed));
+        assert_eq!(err.unwrap().to_string(), "offload entry table has its end before its start");
+        let odd = [0u8; 7];
+        // SAFETY: the entry table is `odd`, 7 bytes; no image.
+        let err = unsafe { descriptor(&desc(&odd, &[])) }.err();
+        assert!(matches!(err, Some(DescriptorError::EntryTable(_))), "{err:?}");
+        let image = [1u8; 4];
+        let backwards = DeviceImage {
+            image_start: image.as_ptr().wrapping_add(4),
+            image_end: image.as_ptr(),
+            entries_begin: std::ptr::null(),
+            entries_end: std::ptr::null(),
+        };
+        // SAFETY: no entries; one image whose ends point into `image`.
+        let err = unsafe { descriptor(&desc(&[], std::slice::from_ref(&backwards))) }.err();
+        assert_eq!(err, Some(DescriptorError::ImageReversed));
+    }
 }

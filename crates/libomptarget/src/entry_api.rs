@@ -266,14 +266,16 @@ pub extern "C" fn omp_target_disassociate_ptr(host: *const c_void, dev: i32) -> 
     guard("omp_target_disassociate_ptr", -1, || rt().disassociate_ptr(host as usize, dev))
 }
 
-/// Device UIDs, as LLVM 22 names them: `x86_64-<n>` and `HOST`.
+/// Device UIDs as the runtime names them (`omp_runtime::compose`), the host's last.
 fn uids() -> &'static Vec<CString> {
     static UIDS: OnceLock<Vec<CString>> = OnceLock::new();
     UIDS.get_or_init(|| {
-        let mut v: Vec<CString> =
-            rt().devices().iter().map(|d| CString::new(format!("x86_64-{}", d.id)).expect("no NUL")).collect();
-        v.push(c"HOST".to_owned());
-        v
+        let devices = rt().devices();
+        let names = devices.iter().map(|d| omp_runtime::compose::device_uid(d.id));
+        names
+            .chain([omp_runtime::compose::HOST_UID.to_string()])
+            .map(|n| CString::new(n).expect("no NUL in a device UID"))
+            .collect()
     })
 }
 

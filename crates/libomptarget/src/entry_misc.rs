@@ -10,7 +10,7 @@ pub unsafe extern "C" fn __tgt_register_lib(desc: *const BinDesc) {
         // SAFETY: called by the registration constructor with its descriptor.
         match unsafe { abi::descriptor(desc) } {
             Ok(d) => rt().register_lib(d),
-            Err(e) => rt().register_failed(&e),
+            Err(e) => rt().register_failed(&e.to_string()),
         }
     })
 }
@@ -57,7 +57,7 @@ pub extern "C" fn __tgt_print_device_info(device_id: i64) -> i32 {
             return 0;
         };
         let mut s = String::new();
-        for (k, v) in dev.dev.info() {
+        for (k, v) in dev.info() {
             s.push_str(&format!("    {k:<15}{v}\n"));
         }
         print!("{s}");

@@ -101,7 +101,9 @@ impl OpenMpHost for Libomp {
         };
         let mut out = MapperComponents::default();
         for c in handle.as_slice() {
-            out.push(c.base as usize, c.begin as usize, c.size, c.ty, c.name as usize);
+            // SAFETY: the mapper pushed this component for the running construct's entry,
+            // which is what a map clause's entry is.
+            unsafe { out.push(c.base as usize, c.begin as usize, c.size, c.ty, c.name as usize) };
         }
         handle.release();
         out

@@ -21,29 +21,7 @@ static RUNTIME: OnceLock<Runtime> = OnceLock::new();
 pub(crate) fn rt() -> &'static Runtime {
     let rt = RUNTIME.get_or_init(|| {
         let config = Config::from_process_env();
-        // LIBOMPTARGET_ISOLATE=1: the same local devices, their kernels in a worker process.
-        // LIBOMPTARGET_CHECK implies it (unless LIBOMPTARGET_ISOLATE=0), in check mode.
-        let checking = config.check != omp_runtime::config::CheckMode::Off;
-        let isolated = match config.var("LIBOMPTARGET_ISOLATE") {
-            Some(v) => isolate(Some(v)),
-            None => checking,
-        };
-        let local: Box<dyn omp_plugin::Plugin> = if isolated && checking {
-            Box::new(omp_plugin_isolate::IsolatePlugin::new().checking())
-        } else if isolated {
-            Box::new(omp_plugin_isolate::IsolatePlugin::new())
-        } else {
-            Box::new(omp_plugin_host::HostPlugin)
-        };
-        #[allow(unused_mut)]
-        let mut plugins: Vec<Box<dyn omp_plugin::Plugin>> = vec![local];
-        // Each server in LIBOMPTARGET_RPC_ADDRESS: its devices come after the local ones.
-        #[cfg(feature = "remote")]
-        plugins.extend(
-            omp_plugin_remote::plugins(|k| config.var(k))
-                .into_iter()
-                .map(|p| Box::new(p) as Box<dyn omp_plugin::Plugin>),
-        );
+        let plugins = omp_runtime::compose::plugins(&config);
         let host = host::Libomp::load(config.target_offload.unwrap_or(1));
         Runtime::new(config, Box::new(host), plugins)
     });
@@ -63,19 +41,6 @@ pub(crate) fn rt() -> &'static Runtime {
         CONNECTING.with(|c| c.set(false));
     }
     rt
-}
-
-/// `LIBOMPTARGET_ISOLATE`: on with 1/true/yes/on, off when unset or 0/false/no/off.
-fn isolate(value: Option<String>) -> bool {
-    let Some(v) = value else { return false };
-    match v.trim().to_ascii_lowercase().as_str() {
-        "1" | "true" | "yes" | "on" => true,
-        "" | "0" | "false" | "no" | "off" => false,
-        _ => {
-            omp_runtime::info::error(format_args!("ignoring LIBOMPTARGET_ISOLATE='{v}': use 1 or 0"));
-            false
-        }
-    }
 }
 
 thread_local! {

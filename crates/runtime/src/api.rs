@@ -129,7 +129,7 @@ impl Runtime {
         let ptr = match &dev {
             ApiDevice::Host => host_memory::malloc(size),
             ApiDevice::Offload(d) => d.alloc_direct(size, kind).unwrap_or_else(|e| {
-                info::error(format_args!("{call}: allocating {size} bytes on device {device} failed: {e}"));
+                e.report(format_args!("{call}: allocating {size} bytes on device {device} failed: {e}"));
                 0
             }),
         };
@@ -168,8 +168,8 @@ impl Runtime {
             // the host device (from `host_memory::malloc`) and that it was not freed since.
             ApiDevice::Host => unsafe { host_memory::free(ptr) },
             ApiDevice::Offload(d) => {
-                if let Err(e) = d.dev.free(ptr, kind) {
-                    info::error(format_args!("{call}: Failed to deallocate device ptr 0x{ptr:016x}: {e}"));
+                if let Err(e) = d.free_direct(ptr, kind) {
+                    e.report(format_args!("{call}: Failed to deallocate device ptr 0x{ptr:016x}: {e}"));
                 }
             }
         }
@@ -222,7 +222,7 @@ impl Runtime {
         match self.api_device(device, "omp_target_is_accessible") {
             None => 0,
             Some(ApiDevice::Host) => 1,
-            Some(ApiDevice::Offload(d)) => i32::from(d.dev.is_accessible(ptr, size) && self.clang19_programs_only()),
+            Some(ApiDevice::Offload(d)) => i32::from(d.is_accessible(ptr, size) && self.clang19_programs_only()),
         }
     }
 
@@ -281,14 +281,14 @@ impl Runtime {
                 Ok(())
             }
             // SAFETY: the host side is memory the program named for this copy.
-            (ApiDevice::Offload(d), ApiDevice::Host) => unsafe { d.dev.submit(dst, src, len) },
+            (ApiDevice::Offload(d), ApiDevice::Host) => unsafe { d.submit(dst, src, len) },
             // SAFETY: as above, writable by the same contract.
-            (ApiDevice::Host, ApiDevice::Offload(s)) => unsafe { s.dev.retrieve(dst, src, len) },
+            (ApiDevice::Host, ApiDevice::Offload(s)) => unsafe { s.retrieve(dst, src, len) },
             (ApiDevice::Offload(d), ApiDevice::Offload(s)) => {
                 if Arc::ptr_eq(&d, &s) {
                     // SAFETY: both are device addresses the program named for this copy
                     // (`omp_target_memcpy`'s contract).
-                    unsafe { d.dev.copy_within(dst, src, len) }
+                    unsafe { d.copy_within(dst, src, len) }
                 } else {
                     let mut bounce = vec![0u8; len.min(CHUNK)];
                     let b = bounce.as_mut_ptr() as usize;
@@ -296,9 +296,7 @@ impl Runtime {
                         let n = (len - at).min(CHUNK);
                         // SAFETY: `bounce` is ours and holds at least `n` bytes.
                         unsafe {
-                            s.dev
-                                .retrieve(b, src.wrapping_add(at), n)
-                                .and_then(|_| d.dev.submit(dst.wrapping_add(at), b, n))
+                            s.retrieve(b, src.wrapping_add(at), n).and_then(|_| d.submit(dst.wrapping_add(at), b, n))
                         }
                     })
                 }
@@ -307,7 +305,7 @@ impl Runtime {
         match r {
             Ok(()) => 0,
             Err(e) => {
-                info::error(format_args!("omp_target_memcpy failed: {e}"));
+                e.report(format_args!("omp_target_memcpy failed: {e}"));
                 FAIL
             }
         }
@@ -405,10 +403,10 @@ impl Runtime {
                 let buf = vec![byte as u8; len.min(CHUNK)];
                 let r = (0..len).step_by(CHUNK).try_for_each(|at| {
                     // SAFETY: `buf` is ours and holds at least the chunk's bytes.
-                    unsafe { d.dev.submit(ptr.wrapping_add(at), buf.as_ptr() as usize, (len - at).min(CHUNK)) }
+                    unsafe { d.submit(ptr.wrapping_add(at), buf.as_ptr() as usize, (len - at).min(CHUNK)) }
                 });
                 if let Err(e) = r {
-                    info::error(format_args!("omp_target_memset failed: {e}"));
+                    e.report(format_args!("omp_target_memset failed: {e}"));
                 }
             }
         }

@@ -43,6 +43,9 @@ pub struct Config {
     pub profile_summary: bool,
     /// `LIBOMPTARGET_CHECK`: the mapping checker and the data-movement advisor.
     pub check: CheckMode,
+    /// `LIBOMPTARGET_ISOLATE`: kernels of the local devices in a worker process; `None`
+    /// when unset (then the checker decides, see [`crate::compose::plugins`]).
+    pub isolate: Option<bool>,
     /// `OMP_TARGET_OFFLOAD` (0 disabled, 1 default, 2 mandatory), for a libomp that does not
     /// export its own reading of it (`__kmpc_get_target_offload`).
     pub target_offload: Option<i32>,
@@ -62,6 +65,7 @@ impl Default for Config {
             profile: None,
             profile_summary: false,
             check: CheckMode::Off,
+            isolate: None,
             target_offload: None,
             vars: std::collections::BTreeMap::new(),
         }
@@ -151,6 +155,13 @@ impl Config {
                 c.mm_threshold = 0;
             }
         }
+        c.isolate = get("LIBOMPTARGET_ISOLATE").map(|v| match v.trim() {
+            "" => false,
+            t => parse_bool(t).unwrap_or_else(|| {
+                eprintln!("omptarget warning: ignoring LIBOMPTARGET_ISOLATE='{v}': use 1 or 0");
+                false
+            }),
+        });
         c.target_offload = get("OMP_TARGET_OFFLOAD").map(|v| match v.trim().to_ascii_lowercase().as_str() {
             "disabled" => 0,
             "mandatory" => 2,
@@ -200,5 +211,15 @@ mod tests {
         assert_eq!(c.info(), 0);
         let c = Config::from_env(|k| (k == "LIBOMPTARGET_MEMORY_MANAGER_THRESHOLD").then(|| "0".to_string()));
         assert_eq!(c.mm_threshold, 0);
+    }
+
+    #[test]
+    fn isolate_on_off_and_bad_values_off() {
+        let isolate = |v: &str| Config::from_env(|k| (k == "LIBOMPTARGET_ISOLATE").then(|| v.to_string())).isolate;
+        assert_eq!(isolate("yes"), Some(true));
+        assert_eq!(isolate("0"), Some(false));
+        assert_eq!(isolate(""), Some(false));
+        assert_eq!(isolate("2"), Some(false), "a bad value is warned about and means off");
+        assert_eq!(Config::from_env(|_| None).isolate, None);
     }
 }

@@ -98,26 +98,15 @@ impl Runtime {
                 clang19: self.clang19_programs_only(),
                 done,
             };
-            if observing {
-                self.emit(&kernel_event(None));
-            }
-            let start = self.start_timer();
             // SAFETY: `kernel` was resolved on this device from the image's offload entry, and
             // `tgt_args` are what the compiler's argument arrays map to on this device.
-            let launched = unsafe {
-                match &self.checker {
-                    Some(c) => c.launch(dev, kernel, tgt_args, &config, &name, loc),
-                    None => dev.dev.launch(kernel, tgt_args, &config),
-                }
-            };
-            if let Some(t) = Self::stop_timer(start) {
-                self.emit(&kernel_event(Some(t)));
-            }
-            launched.map_err(|e| {
+            unsafe { dev.launch(self, kernel, tgt_args, &config, &name, loc, kernel_event) }.map_err(|e| {
                 let name = self.kernel_name(host_ptr).unwrap_or_default();
                 let l = loc.parse();
-                info::error(format_args!("Kernel {name} at {l} failed: {e}"));
-                dev.note_failure(&e, &format!("running kernel {name} at {l}"));
+                e.report_while(
+                    format_args!("Kernel {name} at {l} failed: {e}"),
+                    format_args!("running kernel {name} at {l}"),
+                );
                 Failed
             })?;
             if n > 0 && self.data_end(dev, &mut launch.args, false).is_err() {
@@ -129,7 +118,9 @@ impl Runtime {
             Ok(())
         })();
         for p in privates.drain(..) {
-            let _ = dev.free_sized(p.0, p.1, AllocKind::Default);
+            if let Err(e) = dev.free_sized(p.0, p.1, AllocKind::Default) {
+                e.report_lost(format_args!("freeing memory"));
+            }
         }
         buffers.give_back();
         result
@@ -148,7 +139,7 @@ impl Runtime {
             kernel: &kernel,
             var,
             addr,
-            accessible: dev.dev.is_accessible(addr, 1),
+            accessible: dev.is_accessible(addr, 1),
         });
     }
 
@@ -210,7 +201,7 @@ impl Runtime {
             } else if has(ty, mt::PRIVATE) {
                 let size = args.sizes[i].max(0) as usize;
                 let storage = dev.alloc(size.max(1), AllocKind::Default).map_err(|e| {
-                    info::error(format_args!("Data allocation for firstprivate failed: {e}"));
+                    e.report(format_args!("Data allocation for firstprivate failed: {e}"));
                     Failed
                 })?;
                 privates.push((storage, size.max(1)));
@@ -336,8 +327,8 @@ impl InFlight {
             std::mem::take(&mut *deferred)
         };
         for (dev, image) in images {
-            if let Err(e) = dev.dev.unload_image(image) {
-                info::error(format_args!("device {}: {e}", dev.id));
+            if let Err(e) = dev.unload_image(image) {
+                e.report(format_args!("device {}: {e}", dev.id));
             }
         }
     }

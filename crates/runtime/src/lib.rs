@@ -7,6 +7,7 @@
 
 pub mod api;
 pub mod check;
+pub mod compose;
 pub mod config;
 pub mod construct;
 pub mod data;

@@ -231,7 +231,7 @@ impl Runtime {
         let here = &probe as *const u8 as usize;
         let mut refused: Vec<(i32, usize)> = Vec::new();
         for dev in self.devices() {
-            if !dev.dev.is_accessible(here, 1)
+            if !dev.is_accessible(here, 1)
                 && dev.mark_unusable("it cannot honour '#pragma omp requires unified_shared_memory'")
             {
                 refused.push((dev.id, dev.plugin));

@@ -22,7 +22,11 @@ struct Maps {
 }
 
 impl Maps {
-    fn new() -> Self {
+    /// # Safety
+    /// Every entry added must name memory of the test that stays alive, and that the test
+    /// does not hold borrowed, while constructs use these maps: the runtime reads and writes
+    /// it by address.
+    unsafe fn new() -> Self {
         Maps { bases: vec![], begins: vec![], sizes: vec![], types: vec![] }
     }
     fn add<T, U>(mut self, base: *const T, begin: *const U, size: usize, ty: i64) -> Self {
@@ -33,14 +37,8 @@ impl Maps {
         self
     }
     fn args(&mut self) -> MapArgs<'_> {
-        MapArgs {
-            bases: &mut self.bases,
-            begins: &self.begins,
-            sizes: &self.sizes,
-            types: &self.types,
-            names: None,
-            mappers: None,
-        }
+        // SAFETY: whoever made these maps vouched for every entry (`Maps::new`).
+        unsafe { MapArgs::new(&mut self.bases, &self.begins, &self.sizes, &self.types, None, None) }
     }
 }
 
@@ -61,22 +59,26 @@ fn dynamic_count_copies_on_first_and_last_reference() {
     let (rt, dev) = runtime();
     let mut x = [1u32, 2, 3, 4];
     let px = x.as_mut_ptr();
-    enter(&rt, &mut Maps::new().add(px, px, 16, TO));
+    // SAFETY: the test's arrays named here outlive the constructs that map them.
+    enter(&rt, &mut unsafe { Maps::new() }.add(px, px, 16, TO));
     let t = tgt(&rt, px as usize);
     assert_ne!(t, 0);
     assert_ne!(t, px as usize, "the mock device has its own address space");
     assert_eq!(dev.read(t, 4), 1u32.to_le_bytes());
     // A second enter does not copy again: change the host copy and check the device keeps 1.
     x[0] = 50;
-    enter(&rt, &mut Maps::new().add(px, px, 16, TO));
+    // SAFETY: the test's arrays named here outlive the constructs that map them.
+    enter(&rt, &mut unsafe { Maps::new() }.add(px, px, 16, TO));
     assert_eq!(dev.read(t, 4), 1u32.to_le_bytes());
     dev.write(t, &9u32.to_le_bytes());
     // First exit: count 2 -> 1, nothing copied back, still present.
-    exit(&rt, &mut Maps::new().add(px, px, 16, FROM));
+    // SAFETY: the test's arrays named here outlive the constructs that map them.
+    exit(&rt, &mut unsafe { Maps::new() }.add(px, px, 16, FROM));
     assert_eq!(x[0], 50);
     assert_eq!(rt.is_present(px as usize, 0), 1);
     // Last exit copies back and frees.
-    exit(&rt, &mut Maps::new().add(px, px, 16, FROM));
+    // SAFETY: the test's arrays named here outlive the constructs that map them.
+    exit(&rt, &mut unsafe { Maps::new() }.add(px, px, 16, FROM));
     assert_eq!(x[0], 9);
     assert_eq!(rt.is_present(px as usize, 0), 0);
     assert_eq!(dev.live_allocations(), 1, "only the cached block in the memory manager remains");
@@ -87,11 +89,15 @@ fn hold_count_keeps_data_after_dynamic_release_and_delete() {
     let (rt, _dev) = runtime();
     let x = [0u8; 32];
     let p = x.as_ptr();
-    enter(&rt, &mut Maps::new().add(p, p, 32, TO | OMPX_HOLD));
-    enter(&rt, &mut Maps::new().add(p, p, 32, TO));
-    exit(&rt, &mut Maps::new().add(p, p, 32, DELETE));
+    // SAFETY: the test's arrays named here outlive the constructs that map them.
+    enter(&rt, &mut unsafe { Maps::new() }.add(p, p, 32, TO | OMPX_HOLD));
+    // SAFETY: the test's arrays named here outlive the constructs that map them.
+    enter(&rt, &mut unsafe { Maps::new() }.add(p, p, 32, TO));
+    // SAFETY: the test's arrays named here outlive the constructs that map them.
+    exit(&rt, &mut unsafe { Maps::new() }.add(p, p, 32, DELETE));
     assert_eq!(rt.is_present(p as usize, 0), 1, "delete does not override a hold reference");
-    exit(&rt, &mut Maps::new().add(p, p, 32, OMPX_HOLD));
+    // SAFETY: the test's arrays named here outlive the constructs that map them.
+    exit(&rt, &mut unsafe { Maps::new() }.add(p, p, 32, OMPX_HOLD));
     assert_eq!(rt.is_present(p as usize, 0), 0);
 }
 
@@ -100,15 +106,18 @@ fn explicit_extension_fails_implicit_extension_reuses() {
     let (rt, _dev) = runtime();
     let x = [0u8; 64];
     let p = x.as_ptr();
-    let mut m = Maps::new().add(p, p, 32, TO);
+    // SAFETY: the test's arrays named here outlive the constructs that map them.
+    let mut m = unsafe { Maps::new() }.add(p, p, 32, TO);
     let dev = rt.device(0).unwrap();
     rt.data_begin(&dev, &mut m.args(), false, &mut ConstructState::default()).unwrap();
     // [16, 48) extends the mapping [0, 32): an explicit map must fail…
     let q = p.wrapping_add(16);
-    let mut bigger = Maps::new().add(q, q, 32, TO);
+    // SAFETY: the test's arrays named here outlive the constructs that map them.
+    let mut bigger = unsafe { Maps::new() }.add(q, q, 32, TO);
     assert!(rt.data_begin(&dev, &mut bigger.args(), false, &mut ConstructState::default()).is_err());
     // …an implicit one reuses the existing entry.
-    let mut implicit = Maps::new().add(q, q, 32, TO | IMPLICIT);
+    // SAFETY: the test's arrays named here outlive the constructs that map them.
+    let mut implicit = unsafe { Maps::new() }.add(q, q, 32, TO | IMPLICIT);
     rt.data_begin(&dev, &mut implicit.args(), false, &mut ConstructState::default()).unwrap();
     assert_eq!(rt.mapped_ptr(q as usize, 0), rt.mapped_ptr(p as usize, 0) + 16);
 }
@@ -119,7 +128,8 @@ fn present_modifier_fails_on_unmapped_data() {
     let x = [0u8; 8];
     let p = x.as_ptr();
     let dev = rt.device(0).unwrap();
-    let mut m = Maps::new().add(p, p, 8, TO | PRESENT);
+    // SAFETY: the test's arrays named here outlive the constructs that map them.
+    let mut m = unsafe { Maps::new() }.add(p, p, 8, TO | PRESENT);
     assert!(rt.data_begin(&dev, &mut m.args(), false, &mut ConstructState::default()).is_err());
     assert_eq!(rt.is_present(p as usize, 0), 0);
 }
@@ -139,7 +149,8 @@ fn pointer_member_is_attached_and_restored() {
     let hp = std::ptr::addr_of_mut!(h);
     let member = std::ptr::addr_of_mut!(h.data);
     // clang 19: combined struct entry + MEMBER_OF(1) | PTR_AND_OBJ pointee.
-    let mut m = Maps::new().add(hp, hp, std::mem::size_of::<Holder>(), TO | FROM).add(
+    // SAFETY: the test's arrays named here outlive the constructs that map them.
+    let mut m = unsafe { Maps::new() }.add(hp, hp, std::mem::size_of::<Holder>(), TO | FROM).add(
         member,
         bufp,
         32,
@@ -166,7 +177,8 @@ fn attach_entries_of_clang_22() {
     let ptr: *const u32 = buf.as_ptr();
     let pp = &ptr as *const *const u32;
     // Map the pointer variable itself and the pointee, then ATTACH (pointer storage -> pointee).
-    let mut m = Maps::new().add(pp, pp, 8, TO).add(ptr, ptr, 16, TO).add(pp, ptr, 8, ATTACH);
+    // SAFETY: the test's arrays named here outlive the constructs that map them.
+    let mut m = unsafe { Maps::new() }.add(pp, pp, 8, TO).add(ptr, ptr, 16, TO).add(pp, ptr, 8, ATTACH);
     enter(&rt, &mut m);
     let dev_ptr_storage = tgt(&rt, pp as usize);
     let stored = usize::from_le_bytes(dev.read(dev_ptr_storage, 8).try_into().unwrap());
@@ -180,11 +192,14 @@ fn deletion_waits_for_the_end_of_the_construct() {
     let (rt, dev) = runtime();
     let mut x = [1u8; 16];
     let p = x.as_mut_ptr();
-    enter(&rt, &mut Maps::new().add(p, p, 16, TO));
-    enter(&rt, &mut Maps::new().add(p, p, 16, TO));
+    // SAFETY: the test's arrays named here outlive the constructs that map them.
+    enter(&rt, &mut unsafe { Maps::new() }.add(p, p, 16, TO));
+    // SAFETY: the test's arrays named here outlive the constructs that map them.
+    enter(&rt, &mut unsafe { Maps::new() }.add(p, p, 16, TO));
     let t = tgt(&rt, p as usize);
     dev.write(t, &[42u8; 16]);
-    exit(&rt, &mut Maps::new().add(p, p, 16, FROM).add(p, p, 16, FROM | ALWAYS));
+    // SAFETY: the test's arrays named here outlive the constructs that map them.
+    exit(&rt, &mut unsafe { Maps::new() }.add(p, p, 16, FROM).add(p, p, 16, FROM | ALWAYS));
     assert_eq!(x[0], 42);
     assert_eq!(rt.is_present(p as usize, 0), 0);
 }
@@ -194,12 +209,15 @@ fn update_moves_data_both_ways() {
     let (rt, dev) = runtime();
     let mut x = [3u16; 4];
     let p = x.as_mut_ptr();
-    enter(&rt, &mut Maps::new().add(p, p, 8, TO));
+    // SAFETY: the test's arrays named here outlive the constructs that map them.
+    enter(&rt, &mut unsafe { Maps::new() }.add(p, p, 8, TO));
     let t = tgt(&rt, p as usize);
     x[0] = 11;
-    rt.data_directive(Loc::NONE, 0, &mut Maps::new().add(p, p, 8, TO).args(), Directive::Update, false);
+    // SAFETY: the test's arrays named here outlive the constructs that map them.
+    rt.data_directive(Loc::NONE, 0, &mut unsafe { Maps::new() }.add(p, p, 8, TO).args(), Directive::Update, false);
     assert_eq!(dev.read(t, 2), 11u16.to_le_bytes());
     dev.write(t + 2, &12u16.to_le_bytes());
-    rt.data_directive(Loc::NONE, 0, &mut Maps::new().add(p, p, 8, FROM).args(), Directive::Update, false);
+    // SAFETY: the test's arrays named here outlive the constructs that map them.
+    rt.data_directive(Loc::NONE, 0, &mut unsafe { Maps::new() }.add(p, p, 8, FROM).args(), Directive::Update, false);
     assert_eq!(x[1], 12);
 }

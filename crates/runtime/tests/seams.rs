@@ -16,10 +16,13 @@ fn runtime(config: Config) -> (Arc<Runtime>, Arc<MockDevice>) {
 }
 
 /// Maps `[p, p+len)` with `ty` through data-begin on device 0.
-fn map(rt: &Runtime, p: usize, len: usize, ty: i64) -> Result<(), omp_runtime::Failed> {
+///
+/// # Safety
+/// `[p, p+len)` is memory of the calling test, alive and not borrowed while it is mapped.
+unsafe fn map(rt: &Runtime, p: usize, len: usize, ty: i64) -> Result<(), omp_runtime::Failed> {
     let (mut bases, begins, sizes, types) = (vec![p], vec![p], vec![len as i64], vec![ty]);
-    let mut args =
-        MapArgs { bases: &mut bases, begins: &begins, sizes: &sizes, types: &types, names: None, mappers: None };
+    // SAFETY: the caller's promise.
+    let mut args = unsafe { MapArgs::new(&mut bases, &begins, &sizes, &types, None, None) };
     let dev = rt.device(0).expect("device 0");
     rt.data_begin(&dev, &mut args, false, &mut ConstructState::default())
 }
@@ -33,7 +36,8 @@ fn two_threads_copy_different_data_at_the_same_time() {
         for b in &bufs {
             let rt = rt.clone();
             let p = b.as_ptr() as usize;
-            s.spawn(move || map(&rt, p, 1 << 16, TO).expect("mapped"));
+            // SAFETY: `p` is one of `bufs`, alive until the scope ends.
+            s.spawn(move || unsafe { map(&rt, p, 1 << 16, TO) }.expect("mapped"));
         }
     });
     assert!(dev.rendezvous_met(), "the second thread's copy had to wait for the first one's: a lock is held across it");
@@ -54,7 +58,8 @@ fn the_same_data_is_copied_once_and_nobody_sees_it_early() {
             .map(|_| {
                 let (rt, dev) = (rt.clone(), dev.clone());
                 s.spawn(move || {
-                    map(&rt, p, 4096, TO).expect("mapped");
+                    // SAFETY: `p` is 4096 bytes of this test's, alive until the scope ends.
+                    unsafe { map(&rt, p, 4096, TO) }.expect("mapped");
                     // Once data-begin returns, the device copy must be complete.
                     dev.read(rt.mapped_ptr(p, 0), 4096)
                 })
@@ -107,8 +112,8 @@ fn a_construct_reports_its_mapping_decisions_in_order() {
     let data = [1u32; 16];
     let p = data.as_ptr() as usize;
     let (mut bases, begins, sizes, types) = (vec![p], vec![p], vec![64i64], vec![TO | FROM]);
-    let mut args =
-        MapArgs { bases: &mut bases, begins: &begins, sizes: &sizes, types: &types, names: None, mappers: None };
+    // SAFETY: `data` is this test's, 64 bytes, alive through both constructs.
+    let mut args = unsafe { MapArgs::new(&mut bases, &begins, &sizes, &types, None, None) };
     rt.data_directive(Loc::NONE, 0, &mut args, omp_runtime::data::Directive::Begin, false);
     rt.data_directive(Loc::NONE, 0, &mut args, omp_runtime::data::Directive::End, false);
     let got = rec.0.lock().unwrap().clone();
@@ -137,12 +142,27 @@ fn a_lost_device_is_reported_once_and_not_used_again() {
     let (rt, dev) = runtime(Config::default());
     let data = [0u8; 64];
     let p = data.as_ptr() as usize;
-    map(&rt, p, 64, TO).expect("a live device maps");
+    // SAFETY: `data` is this test's, 64 bytes, alive to the end.
+    unsafe { map(&rt, p, 64, TO) }.expect("a live device maps");
     dev.lose("worker process exited (signal 9)");
     let other = [0u8; 64];
-    assert!(map(&rt, other.as_ptr() as usize, 64, TO).is_err());
+    // SAFETY: `other` is this test's, 64 bytes, alive to the end.
+    assert!(unsafe { map(&rt, other.as_ptr() as usize, 64, TO) }.is_err());
     let d = rt.device(0).expect("device 0");
     assert_eq!(d.lost(), Some("worker process exited (signal 9)"));
     assert!(rt.check_device(0, Loc::NONE).is_err(), "a lost device runs no further construct");
     assert_eq!(rt.target_alloc(64, 0, omp_plugin::AllocKind::Default, "omp_target_alloc"), 0, "nor API call");
+}
+
+#[test]
+fn a_device_memory_api_call_that_meets_a_lost_device_marks_it_lost() {
+    let (rt, dev) = runtime(Config::default());
+    let p = rt.target_alloc(64, 0, omp_plugin::AllocKind::Default, "omp_target_alloc");
+    assert_ne!(p, 0);
+    dev.lose("worker process exited (signal 9)");
+    let src = [1u8; 64];
+    let host = rt.initial_device();
+    assert_eq!(rt.memcpy(p, src.as_ptr() as usize, 64, 0, 0, 0, host), omp_runtime::api::FAIL);
+    assert_eq!(rt.device(0).expect("device 0").lost(), Some("worker process exited (signal 9)"));
+    assert!(rt.check_device(0, Loc::NONE).is_err(), "a lost device runs no further construct");
 }

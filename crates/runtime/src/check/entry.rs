@@ -91,11 +91,32 @@ impl Entry {
         host_memory::is_mapped(self.begin, self.size)
     }
 
-    /// The program's bytes `[s, e)` of this mapping.
-    pub fn host(&self, s: usize, e: usize) -> &[u8] {
-        // SAFETY: callers check `host_readable` first; the range lies in the mapping, which
-        // the program keeps alive while it is mapped (a map clause's promise).
-        unsafe { host_memory::bytes(self.begin + s, e - s) }
+    /// Copies the program's bytes at offsets `[s, s+out.len())` of this mapping into `out`.
+    /// They are copied, never borrowed: the program's other threads may be writing them.
+    fn copy_host(&self, s: usize, out: &mut [u8]) {
+        assert!(s + out.len() <= self.size, "a range within the mapping");
+        // SAFETY: callers check `host_readable` first; the range lies in the mapping (checked
+        // above), which the program keeps alive while it is mapped (a map clause's promise);
+        // `out` is ours and holds `out.len()` bytes.
+        unsafe { host_memory::copy(out.as_mut_ptr() as usize, self.begin + s, out.len()) }
+    }
+
+    /// The program's bytes `[s, e)` of this mapping, copied.
+    pub fn host_bytes(&self, s: usize, e: usize) -> Vec<u8> {
+        let mut out = vec![0; e - s];
+        self.copy_host(s, &mut out);
+        out
+    }
+
+    /// Whether the program's bytes `[s, e)` equal `expected` (compared a chunk at a time,
+    /// copied to the stack).
+    fn host_equals(&self, s: usize, expected: &[u8]) -> bool {
+        let mut chunk = [0u8; 256];
+        expected.chunks(chunk.len()).enumerate().all(|(i, want)| {
+            let got = &mut chunk[..want.len()];
+            self.copy_host(s + i * 256, got);
+            got == want
+        })
     }
 
     /// A copy between host and device went through host offsets `[s, e)`: they agree now.
@@ -119,9 +140,9 @@ impl Entry {
 
     /// The record of host offsets `[s, e)` becomes the host's bytes now.
     pub fn refresh(&mut self, s: usize, e: usize) {
-        // SAFETY: as in `host`: callers check `host_readable`; the range lies in the mapping.
-        let host = unsafe { host_memory::bytes(self.begin + s, e - s) };
-        self.snapshot[s..e].copy_from_slice(host);
+        let mut snapshot = std::mem::take(&mut self.snapshot);
+        self.copy_host(s, &mut snapshot[s..e]);
+        self.snapshot = snapshot;
     }
 
     /// The program changed host offsets `[s, e)` on one side behind the mappings' back
@@ -169,7 +190,7 @@ impl Entry {
             return out;
         }
         let ranges = self.synced_within(0, self.size);
-        let differs = |a: usize, b: usize| self.host(a, b) != &self.snapshot[a..b];
+        let differs = |a: usize, b: usize| !self.host_equals(a, &self.snapshot[a..b]);
         let mut r = 0;
         for i in 0..self.init.len() {
             let (s, e) = self.page_span(i);
@@ -202,12 +223,12 @@ impl Entry {
             if dev == &self.snapshot[a..b] {
                 continue;
             }
-            let host = if host_ok { Some(self.host(a, b)) } else { None };
+            let host = if host_ok { Some(self.host_bytes(a, b)) } else { None };
             n += dev
                 .iter()
                 .zip(&self.snapshot[a..b])
                 .enumerate()
-                .filter(|&(k, (d, snap))| d != snap && host.is_none_or(|h| h[k] != *d))
+                .filter(|&(k, (d, snap))| d != snap && host.as_ref().is_none_or(|h| h[k] != *d))
                 .count();
         }
         n
@@ -218,7 +239,7 @@ impl Entry {
         if self.snapshot.len() != self.size || !covers(&self.synced, s, e) || !self.host_readable() {
             return false;
         }
-        self.host(s, e) == &self.snapshot[s..e] && device.is_none_or(|d| d == &self.snapshot[s..e])
+        self.host_equals(s, &self.snapshot[s..e]) && device.is_none_or(|d| d == &self.snapshot[s..e])
     }
 }
 

@@ -1,0 +1,122 @@
+//! A kernel stopped on an access it may not make: which mapping, and how to fix it.
+
+use super::*;
+use omp_plugin::{Fault, TRACK_PAGE};
+
+/// `OMP_MAP_IMPLICIT`.
+const IMPLICIT: i64 = 0x200;
+
+impl Checker {
+    /// A kernel stopped on an access it may not make.
+    pub(super) fn fault(&self, dev: &DeviceCtx, f: Fault, kernel: &str, loc: Loc) {
+        let access = if f.write { "wrote" } else { "read" };
+        let names: Vec<usize> = with_ctx(|c| c.map(|c| c.args.iter().map(|a| a.0).collect())).unwrap_or_default();
+        let at = report::place_in(loc, report::file_of(&names), Some(kernel));
+        let fix_dir = if f.write { "tofrom" } else { "to" };
+        if !f.device_memory {
+            let (unmapped, args) = with_ctx(|c| c.map(|c| (c.unmapped.clone(), c.args.clone()))).unwrap_or_default();
+            let culprit = unmapped
+                .iter()
+                .filter(|(_, a)| *a <= f.addr && f.addr - *a < (1 << 30))
+                .min_by_key(|(_, a)| f.addr - *a)
+                .or(unmapped.first().filter(|_| f.addr < (1 << 16)));
+            match culprit {
+                Some((var, _)) if !matches!(report::base_var(var), "" | "unknown") => {
+                    let spelled = report::base_var(var);
+                    let map = args.iter().find(|(n, _, _)| report::var(*n).is_some_and(|v| report::base_var(v) == spelled));
+                    let how = match map {
+                        Some(&(_, ty, _)) if ty & IMPLICIT != 0 => format!("implicit zero-length map at {at}"),
+                        Some(_) => format!("mapped at {at}"),
+                        None => format!("at {at}"),
+                    };
+                    report::finding(
+                        "unmapped access",
+                        format_args!(
+                            "kernel {kernel} at {at} {access} host memory at 0x{:x} through `{spelled}` ({how}), which is \
+                             not mapped on device {}; add `map({fix_dir}: {spelled}[0:N])` with N the number of elements \
+                             the kernel uses{}",
+                            f.addr,
+                            dev.id,
+                            hint(true, &at)
+                        ),
+                    );
+                }
+                _ => report::finding(
+                    "unmapped access",
+                    format_args!(
+                        "kernel {kernel} at {at} {access} host memory at 0x{:x}, which is not mapped on device {}: a pointer \
+                         the kernel follows points to host data; map that data (`map({fix_dir}: p[0:N])`){}",
+                        f.addr,
+                        dev.id,
+                        hint(culprit.is_none(), &at)
+                    ),
+                ),
+            }
+            return;
+        }
+        let entries = self.entries.lock();
+        // The nearest mapping: a guard page after one allocation lies before the next one's.
+        let near = entries
+            .values()
+            .filter(|e| e.device == dev.id && e.size > 0)
+            .filter_map(|e| {
+                let end = e.tgt + e.size;
+                if f.addr >= end && f.addr < end + 2 * TRACK_PAGE {
+                    let how = match f.addr - end {
+                        0 => "just past the end of".to_string(),
+                        d => format!("{d} bytes past the end of"),
+                    };
+                    Some((f.addr - end, e, how))
+                } else if f.addr < e.tgt && f.addr + 2 * TRACK_PAGE >= e.first_page() {
+                    Some((e.tgt - f.addr, e, format!("{} bytes before the start of", e.tgt - f.addr)))
+                } else {
+                    None
+                }
+            })
+            .min_by_key(|c| c.0)
+            .map(|(_, e, how)| (e, how));
+        match near {
+            Some((e, how)) => {
+                let made = e
+                    .made_by
+                    .map_or(String::new(), |(_, l)| format!(", mapped at {}", report::place_for(l, e.name, Some(kernel))));
+                let sec = report::section(e.name, report::is_fortran(loc, e.name));
+                // flang 19–22 start some such sections of allocatable, pointer and assumed-shape
+                // arrays at the wrong element (docs/ompcc.md, "Fortran array sections").
+                let flang = if report::is_fortran(loc, e.name) && report::multi_dim_section(&sec) {
+                    "; if the kernel uses only the elements named, flang started this section at the wrong element \
+                     (a bug of flang 19-22 with allocatable, pointer and assumed-shape arrays): build with ompcc, which \
+                     corrects it or says how to write it"
+                } else {
+                    ""
+                };
+                report::finding(
+                    "out of bounds",
+                    format_args!(
+                        "kernel {kernel} at {at} {access} {how} {} ({}{made}) on device {}; map every element the \
+                         kernel uses (`map({fix_dir}: {})` with a larger extent) or fix the loop bounds{flang}{}",
+                        report::var_or(e.name, e.size),
+                        report::bytes(e.size),
+                        dev.id,
+                        if report::is_fortran(loc, e.name) {
+                            report::base_var(&sec).to_string() + "(1:m)"
+                        } else {
+                            report::base_var(&sec).to_string() + "[0:M]"
+                        },
+                        hint(report::var(e.name).is_some(), &at)
+                    ),
+                );
+            }
+            None => report::finding(
+                "out of bounds",
+                format_args!(
+                    "kernel {kernel} at {at} {access} device memory at 0x{:x} on device {} that belongs to no mapping (freed, \
+                     or outside every mapped section){}",
+                    f.addr,
+                    dev.id,
+                    hint(true, &at)
+                ),
+            ),
+        }
+    }
+}

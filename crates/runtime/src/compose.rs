@@ -1,0 +1,87 @@
+//! Composition, decided in one place: which plugins this runtime has and in what order,
+//! the names (UIDs) its devices go by, and which compiler's ABI a registered binary follows.
+//! The ABI shim only calls in here.
+//!
+//! Plugins are linked in. One that needs a system library the machine may lack (a GPU
+//! driver, an MPI library) `dlopen`s that library when it is asked for its devices and, when
+//! the library is missing, has none and says why only under INFO/DEBUG
+//! ([`omp_plugin::Plugin::unavailable`]): `libomptarget.so` gains no `DT_NEEDED`, and a
+//! machine without the library pays nothing (docs/ARCHITECTURE.md, "Plugins").
+
+use crate::config::{CheckMode, Config};
+use crate::registry::BinaryImage;
+use omp_format::{EntryLayout, OffloadEntry};
+use omp_plugin::Plugin;
+
+/// The plugins, in device-numbering order: the local devices first (the host's, or the
+/// same in a worker process with `LIBOMPTARGET_ISOLATE=1` or `LIBOMPTARGET_CHECK`), then
+/// each server in `LIBOMPTARGET_RPC_ADDRESS`.
+pub fn plugins(config: &Config) -> Vec<Box<dyn Plugin>> {
+    let checking = config.check != CheckMode::Off;
+    // LIBOMPTARGET_CHECK implies isolation (unless LIBOMPTARGET_ISOLATE=0), in check mode.
+    let isolated = config.isolate.unwrap_or(checking);
+    let local: Box<dyn Plugin> = if isolated && checking {
+        Box::new(omp_plugin_isolate::IsolatePlugin::new().checking())
+    } else if isolated {
+        Box::new(omp_plugin_isolate::IsolatePlugin::new())
+    } else {
+        Box::new(omp_plugin_host::HostPlugin)
+    };
+    #[allow(unused_mut)]
+    let mut plugins = vec![local];
+    #[cfg(feature = "remote")]
+    plugins.extend(omp_plugin_remote::plugins(|k| config.var(k)).into_iter().map(|p| Box::new(p) as Box<dyn Plugin>));
+    plugins
+}
+
+/// The UID of offload device `id` (`omp_get_uid_from_device`), as LLVM 22 names the host
+/// plugin's devices; the initial device is [`HOST_UID`].
+pub fn device_uid(id: i32) -> String {
+    format!("x86_64-{id}")
+}
+
+/// The UID of the initial device.
+pub const HOST_UID: &str = "HOST";
+
+/// The entry layout, and so the compiler (clang 19 or 22), a binary follows. Its entry table
+/// says so; a program without kernels or globals has an empty table, which says nothing:
+/// then its device image's dependency on `libomptarget.so.NN` tells.
+pub fn entry_layout(table_layout: EntryLayout, entries: &[OffloadEntry], images: &[BinaryImage]) -> EntryLayout {
+    if entries.is_empty() && images.iter().any(|i| contains(&i.bytes, b"libomptarget.so.19")) {
+        EntryLayout::Legacy
+    } else {
+        table_layout
+    }
+}
+
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_empty_table_takes_the_compiler_from_the_image() {
+        let v19 = BinaryImage { bytes: b"\x7fELF...libomptarget.so.19\0".to_vec().into() };
+        let v22 = BinaryImage { bytes: b"\x7fELF...libomptarget.so.22\0".to_vec().into() };
+        assert_eq!(entry_layout(EntryLayout::V1, &[], std::slice::from_ref(&v19)), EntryLayout::Legacy);
+        assert_eq!(entry_layout(EntryLayout::V1, &[], std::slice::from_ref(&v22)), EntryLayout::V1);
+    }
+
+    #[test]
+    fn isolation_follows_the_checker_unless_asked() {
+        let names = |c: &Config| plugins(c).iter().map(|p| p.name().to_string()).collect::<Vec<_>>();
+        let plain = Config::from_env(|_| None);
+        assert_eq!(names(&plain)[0], "x86_64");
+        let checking = Config::from_env(|k| (k == "LIBOMPTARGET_CHECK").then(|| "1".to_string()));
+        assert_ne!(names(&checking)[0], "x86_64");
+        let not_isolated = Config::from_env(|k| match k {
+            "LIBOMPTARGET_CHECK" => Some("1".into()),
+            "LIBOMPTARGET_ISOLATE" => Some("0".into()),
+            _ => None,
+        });
+        assert_eq!(names(&not_isolated)[0], "x86_64");
+    }
+}

@@ -1,0 +1,390 @@
+//! The device's operations: each calls the backend once and does, once, what every call
+//! needs around it: the events that announce and report it, its timer, and marking a lost
+//! device lost.
+
+use super::DeviceCtx;
+use crate::memory_manager::MemoryManager;
+use crate::table::MapEntry;
+use crate::trace::{Direction, Event, Interval};
+use crate::{info, Loc, Runtime};
+use omp_plugin::{AllocKind, Fault, KernelId, LaunchConfig, PageAccess, PluginError};
+use std::fmt;
+
+/// A device operation (for the lost-device line: what the device was doing).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DeviceOp {
+    Alloc,
+    Free,
+    Submit,
+    Retrieve,
+    CopyWithin,
+    Launch,
+    Unload,
+}
+
+impl fmt::Display for DeviceOp {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            DeviceOp::Alloc => "allocating memory",
+            DeviceOp::Free => "freeing memory",
+            DeviceOp::Submit => "copying data to it",
+            DeviceOp::Retrieve => "copying data from it",
+            DeviceOp::CopyWithin => "copying data within it",
+            DeviceOp::Launch => "running a kernel",
+            DeviceOp::Unload => "unloading an image",
+        })
+    }
+}
+
+/// A backend operation that failed. The device layer has already recorded a lost device as
+/// lost; [`DeviceError::report`] says what failed and, the first time, that it was lost.
+/// `Display` is the backend's reason, which callers put in their own message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DeviceError {
+    /// The operation that failed.
+    pub op: DeviceOp,
+    /// What the backend said.
+    pub source: PluginError,
+    device: i32,
+    /// This failure is the one that lost the device (said once).
+    newly_lost: bool,
+}
+
+impl DeviceError {
+    /// Whether the device is gone.
+    pub fn is_lost(&self) -> bool {
+        self.source.is_lost()
+    }
+
+    /// Prints `msg` as an error, then, when this failure lost the device, that it was lost
+    /// while doing this operation.
+    pub fn report(&self, msg: fmt::Arguments) {
+        info::error(msg);
+        self.report_lost(format_args!("{}", self.op));
+    }
+
+    /// As [`DeviceError::report`], naming what the device was doing in the lost-device line.
+    pub fn report_while(&self, msg: fmt::Arguments, during: fmt::Arguments) {
+        info::error(msg);
+        self.report_lost(during);
+    }
+
+    /// Only the lost-device line (for a failure whose own message the caller leaves out).
+    pub fn report_lost(&self, during: fmt::Arguments) {
+        if self.newly_lost {
+            info::error(format_args!(
+                "device {} was lost while {during}: {}; it will not be used again",
+                self.device, self.source.reason
+            ));
+        }
+    }
+}
+
+impl fmt::Display for DeviceError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(&self.source, f)
+    }
+}
+
+impl std::error::Error for DeviceError {}
+
+/// Memory the runtime allocated for a mapping, with the interval the allocation took.
+pub(crate) struct Allocation {
+    pub tgt: usize,
+    pub time: Option<Interval>,
+}
+
+impl DeviceCtx {
+    /// The bookkeeping of a failed backend call: a lost device is marked lost (the first
+    /// failure that says so is the one that reports it).
+    fn failed(&self, source: PluginError, op: DeviceOp) -> DeviceError {
+        let newly_lost = source.is_lost() && self.lost.set(source.reason.clone()).is_ok();
+        DeviceError { op, source, device: self.id, newly_lost }
+    }
+
+    fn check<T>(&self, r: omp_plugin::Result<T>, op: DeviceOp) -> Result<T, DeviceError> {
+        r.map_err(|e| self.failed(e, op))
+    }
+
+    /// Allocates device memory for the runtime's own use (mappings, private copies), through
+    /// the memory manager when small. Free it with [`DeviceCtx::free_sized`].
+    pub(crate) fn alloc(&self, size: usize, kind: AllocKind) -> Result<usize, DeviceError> {
+        if self.mm.manages(size) {
+            if let Some(p) = self.mm.take(size) {
+                return Ok(p);
+            }
+            return self.alloc_direct(MemoryManager::class(size).1, kind);
+        }
+        self.alloc_direct(size, kind)
+    }
+
+    /// Allocates straight from the device; on failure, releases the cache and retries once.
+    pub(crate) fn alloc_direct(&self, size: usize, kind: AllocKind) -> Result<usize, DeviceError> {
+        let r = self.backend.alloc(size, kind).or_else(|_| {
+            for b in self.mm.drain_free() {
+                let _ = self.backend.free(b, AllocKind::Default);
+            }
+            self.backend.alloc(size, kind)
+        });
+        self.check(r, DeviceOp::Alloc)
+    }
+
+    /// A mapping's device memory (`bytes` with its padding), timed for the `Alloc` event the
+    /// caller queues (it holds the table lock).
+    pub(crate) fn alloc_mapping(&self, rt: &Runtime, bytes: usize) -> Result<Allocation, DeviceError> {
+        let start = rt.start_timer();
+        let tgt = self.alloc(bytes, AllocKind::Default)?;
+        Ok(Allocation { tgt, time: Runtime::stop_timer(start) })
+    }
+
+    /// Frees memory from [`DeviceCtx::alloc`] of `size` bytes.
+    pub(crate) fn free_sized(&self, ptr: usize, size: usize, kind: AllocKind) -> Result<(), DeviceError> {
+        if self.mm.manages(size) {
+            self.mm.give_back(ptr, size);
+            return Ok(());
+        }
+        self.free_direct(ptr, kind)
+    }
+
+    /// Frees memory from [`DeviceCtx::alloc_direct`].
+    pub(crate) fn free_direct(&self, ptr: usize, kind: AllocKind) -> Result<(), DeviceError> {
+        self.check(self.backend.free(ptr, kind), DeviceOp::Free)
+    }
+
+    /// Frees the device memory of a removed mapping, with its `Free` event.
+    pub(crate) fn free_mapping(&self, rt: &Runtime, e: &MapEntry) -> Result<(), DeviceError> {
+        let allocated = e.size() + (e.tgt_begin - e.tgt_alloc);
+        let start = rt.start_timer();
+        let freed = self.free_sized(e.tgt_alloc, allocated, AllocKind::Default);
+        let time = Runtime::stop_timer(start);
+        rt.emit(&Event::Free { device: self.id, tgt: e.tgt_alloc, bytes: e.size(), name: e.name, time });
+        freed
+    }
+
+    /// Host→device copy, announced and reported as a `Transfer` of mapping `name`.
+    ///
+    /// # Safety
+    /// `[host, host+size)` must be readable program memory for the duration of the call.
+    pub(crate) unsafe fn submit_traced(
+        &self,
+        rt: &Runtime,
+        tgt: usize,
+        host: usize,
+        size: usize,
+        name: usize,
+    ) -> Result<(), DeviceError> {
+        self.transfer(rt, Direction::ToDevice, host, tgt, size, name, || {
+            // SAFETY: the caller's promise.
+            unsafe { self.submit(tgt, host, size) }
+        })
+    }
+
+    /// Device→host copy, announced and reported as a `Transfer` of mapping `name`.
+    ///
+    /// # Safety
+    /// `[host, host+size)` must be writable program memory for the duration of the call.
+    pub(crate) unsafe fn retrieve_traced(
+        &self,
+        rt: &Runtime,
+        host: usize,
+        tgt: usize,
+        size: usize,
+        name: usize,
+    ) -> Result<(), DeviceError> {
+        self.transfer(rt, Direction::FromDevice, host, tgt, size, name, || {
+            // SAFETY: the caller's promise.
+            unsafe { self.retrieve(host, tgt, size) }
+        })
+    }
+
+    /// A copy between the event that announces it and the one that reports it done.
+    #[allow(clippy::too_many_arguments)]
+    fn transfer<R>(
+        &self,
+        rt: &Runtime,
+        dir: Direction,
+        host: usize,
+        tgt: usize,
+        bytes: usize,
+        name: usize,
+        copy: impl FnOnce() -> R,
+    ) -> R {
+        if !rt.observing() {
+            return copy();
+        }
+        let ev = |done| Event::Transfer { device: self.id, dir, host, tgt, bytes, name, done };
+        rt.emit(&ev(None));
+        let start = rt.start_timer();
+        let r = copy();
+        if let Some(t) = Runtime::stop_timer(start) {
+            rt.emit(&ev(Some(t)));
+        }
+        r
+    }
+
+    /// Host→device copy with no event (the device memory API reports its own).
+    ///
+    /// # Safety
+    /// `[host, host+size)` must be readable program memory for the duration of the call.
+    pub(crate) unsafe fn submit(&self, tgt: usize, host: usize, size: usize) -> Result<(), DeviceError> {
+        // SAFETY: the caller's promise.
+        self.check(unsafe { self.backend.submit(tgt, host, size) }, DeviceOp::Submit)
+    }
+
+    /// Device→host copy with no event (the device memory API reports its own).
+    ///
+    /// # Safety
+    /// `[host, host+size)` must be writable program memory for the duration of the call.
+    pub(crate) unsafe fn retrieve(&self, host: usize, tgt: usize, size: usize) -> Result<(), DeviceError> {
+        // SAFETY: the caller's promise.
+        self.check(unsafe { self.backend.retrieve(host, tgt, size) }, DeviceOp::Retrieve)
+    }
+
+    /// Copies `len` bytes between two places of this device's memory.
+    ///
+    /// # Safety
+    /// As [`omp_plugin::Device::copy_within`]: both ranges lie in this device's memory.
+    pub(crate) unsafe fn copy_within(&self, dst: usize, src: usize, len: usize) -> Result<(), DeviceError> {
+        // SAFETY: the caller's promise.
+        self.check(unsafe { self.backend.copy_within(dst, src, len) }, DeviceOp::CopyWithin)
+    }
+
+    /// Device bytes for an observer (the checker): no event, and a failure is the observer's
+    /// own business (the next operation of the runtime meets it and reports it).
+    pub(crate) fn read_for_observer(&self, tgt: usize, len: usize) -> Option<Vec<u8>> {
+        let mut buf = Vec::new();
+        buf.try_reserve_exact(len).ok()?;
+        buf.resize(len, 0);
+        // SAFETY: `buf` is ours, `len` writable bytes.
+        unsafe { self.backend.retrieve(buf.as_mut_ptr() as usize, tgt, len) }.ok()?;
+        Some(buf)
+    }
+
+    /// Runs a kernel between the `Kernel` events `event` builds (announced, then done with
+    /// its interval); the checker, when on, performs it. The caller names the kernel and
+    /// its place in the lost-device line ([`DeviceError::report_while`]).
+    ///
+    /// # Safety
+    /// As [`omp_plugin::Device::launch`]: `kernel` is this device's and `args` are what the
+    /// kernel expects (device addresses of this device, or literals).
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) unsafe fn launch<'e>(
+        &self,
+        rt: &Runtime,
+        kernel: KernelId,
+        args: &[usize],
+        config: &LaunchConfig,
+        name: &str,
+        loc: Loc,
+        event: impl Fn(Option<Interval>) -> Event<'e>,
+    ) -> Result<(), DeviceError> {
+        if rt.observing() {
+            rt.emit(&event(None));
+        }
+        let start = rt.start_timer();
+        // SAFETY: the caller's promise, passed on.
+        let launched = unsafe {
+            match &rt.checker {
+                Some(c) => c.launch(self, kernel, args, config, name, loc),
+                None => self.backend.launch(kernel, args, config),
+            }
+        };
+        if let Some(t) = Runtime::stop_timer(start) {
+            rt.emit(&event(Some(t)));
+        }
+        self.check(launched, DeviceOp::Launch)
+    }
+
+    /// Whether the device can say which watched pages a kernel read and wrote (the checker).
+    pub(crate) fn tracks_accesses(&self) -> bool {
+        self.backend.access_tracking().is_some()
+    }
+
+    /// The checker's launch on a device that does not track accesses: the backend's own.
+    /// Called only inside [`DeviceCtx::launch`], which does the bookkeeping.
+    ///
+    /// # Safety
+    /// As [`DeviceCtx::launch`].
+    pub(crate) unsafe fn launch_untracked(
+        &self,
+        kernel: KernelId,
+        args: &[usize],
+        config: &LaunchConfig,
+    ) -> omp_plugin::Result<()> {
+        // SAFETY: the caller's promise.
+        unsafe { self.backend.launch(kernel, args, config) }
+    }
+
+    /// The checker's launch with `watch` pages tracked. Called only inside
+    /// [`DeviceCtx::launch`], which does the bookkeeping. A device without the tracking
+    /// capability launches plainly and reports no accesses.
+    ///
+    /// # Safety
+    /// As [`DeviceCtx::launch`].
+    pub(crate) unsafe fn launch_tracked(
+        &self,
+        kernel: KernelId,
+        args: &[usize],
+        config: &LaunchConfig,
+        watch: &[(usize, usize)],
+    ) -> omp_plugin::Result<Vec<PageAccess>> {
+        match self.backend.access_tracking() {
+            // SAFETY: the caller's promise.
+            Some(t) => unsafe { t.launch_tracked(kernel, args, config, watch) },
+            // SAFETY: the caller's promise.
+            None => unsafe { self.backend.launch(kernel, args, config) }.map(|()| Vec::new()),
+        }
+    }
+
+    /// The access that stopped the last kernel, on a device that can tell.
+    pub(crate) fn last_fault(&self) -> Option<Fault> {
+        self.backend.access_tracking().and_then(|t| t.last_fault())
+    }
+
+    /// Whether a kernel on this device can reach `[ptr, ptr+size)` of the program's memory.
+    pub fn is_accessible(&self, ptr: usize, size: usize) -> bool {
+        self.backend.is_accessible(ptr, size)
+    }
+
+    /// What the backend says about the device (`__tgt_print_device_info`).
+    pub fn info(&self) -> Vec<(String, String)> {
+        self.backend.info()
+    }
+
+    /// Unloads an image no launch uses any more.
+    pub(crate) fn unload_image(&self, image: omp_plugin::ImageId) -> Result<(), DeviceError> {
+        self.check(self.backend.unload_image(image), DeviceOp::Unload)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use omp_plugin::mock::SharedMock;
+
+    #[test]
+    fn the_first_failure_that_finds_the_device_lost_marks_it_and_alone_reports_it() {
+        let mock = SharedMock::default();
+        let dev = DeviceCtx::new(3, 0, Box::new(mock.0.clone()), 0);
+        let p = dev.alloc(64, AllocKind::Default).expect("a live device allocates");
+        mock.0.lose("worker process exited (signal 9)");
+        let byte = 0u8;
+        // SAFETY: `byte` is a local, 1 readable byte.
+        let first = unsafe { dev.submit(p, &byte as *const u8 as usize, 1) }.expect_err("a lost device copies nothing");
+        assert!(first.is_lost() && first.newly_lost);
+        assert_eq!(first.op, DeviceOp::Submit);
+        assert_eq!(first.to_string(), "worker process exited (signal 9)");
+        assert_eq!(dev.lost(), Some("worker process exited (signal 9)"));
+        let second = dev.alloc(64, AllocKind::Default).expect_err("nor allocates");
+        assert!(second.is_lost() && !second.newly_lost, "the loss is reported once");
+        assert_eq!(second.op, DeviceOp::Alloc);
+    }
+
+    #[test]
+    fn a_failure_that_leaves_the_device_usable_does_not_mark_it() {
+        let dev = DeviceCtx::new(0, 0, Box::new(SharedMock::default().0), 0);
+        let e = dev.free_direct(0x1234, AllocKind::Default).expect_err("nothing was allocated there");
+        assert!(!e.is_lost() && !e.newly_lost);
+        assert_eq!(dev.lost(), None);
+    }
+}
