@@ -6,7 +6,7 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 deps="$root/.deps"
-pkgs=(clang-19 clang-22 flang-19 flang-22 llvm-19 llvm-22 libomp5-19 liboffload-22 libomp-22-dev llvm-19-tools lld-19 make python3 bc cmake xz-utils binutils)
+pkgs=(clang-19 clang-22 flang-19 flang-22 llvm-19 llvm-22 libomp5-19 liboffload-22 libomp-22-dev llvm-19-tools lld-19 make python3 python3-pip unzip bc cmake xz-utils binutils)
 
 missing=()
 for p in "${pkgs[@]}"; do
@@ -34,4 +34,9 @@ ln -sfn /usr/lib/llvm-19/lib/libomp.so.5 "$deps/lib19/libomp.so"
 ln -sfn "$dev19/lib/libomptarget.devicertl.a" "$deps/lib19/libomptarget.devicertl.a"
 ln -sfn /usr/lib/llvm-22/lib/libomptarget.so.22.1 "$deps/lib22/libomptarget.so"
 ln -sfn "$dev19/lib/clang/19/include" "$deps/include19"
+# The CUDA compiler pieces clang needs to build nvptx64 images (ptxas, nvlink, fatbinary and
+# libdevice), from NVIDIA's wheels on the Python package index: pinned versions, checked by
+# SHA-256 before anything is unpacked. CUDA 13.0 (the release a driver 580 machine runs).
+# Laid out as a toolkit directory clang accepts with --cuda-path: .deps/cuda-13.0.
+"$root/scripts/setup-cuda.sh" "$deps"
 echo "setup: toolchains ready" >&2

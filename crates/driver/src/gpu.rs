@@ -318,7 +318,12 @@ pub fn link_command(args: &Args, clang: &Tool, triple: &str, arch: &str, objs: &
     if args.host_opts().any(|o| o[0].starts_with("-g") && o[0] != "-g0") {
         c.arg("-g");
     }
-    c.arg("-flto");
+    // AMDGPU: ld.lld does the LTO when asked. NVPTX: clang-nvlink-wrapper always runs LTO on
+    // bitcode inputs, and `-flto` would make clang's driver hand it a gold `-plugin` argument
+    // that it takes for an input file ("Unsupported file type").
+    if is_amdgpu(triple) {
+        c.arg("-flto");
+    }
     if args.verbose {
         c.arg("-v");
     }
