@@ -9,14 +9,36 @@ use std::fmt::Write as _;
 use std::io::Write as _;
 
 /// A source location as the program gave it: the address of an `ident_t` psource string.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Loc(pub usize);
+/// Made only by [`Loc::from_raw`] at the C boundary (or from a string of ours): reading it is
+/// then safe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Loc(usize);
 
 impl Loc {
     pub const NONE: Loc = Loc(0);
+
+    /// A location from the program.
+    ///
+    /// # Safety
+    /// `psource` is 0 or the address of a NUL-terminated string that stays mapped and
+    /// unchanged while the location is used: an `ident_t` psource constant of a registered
+    /// binary (the runtime keeps locations no longer than its binary is registered).
+    pub unsafe fn from_raw(psource: usize) -> Loc {
+        Loc(psource)
+    }
+
+    /// A location of the runtime's own.
+    pub fn from_static(psource: &'static std::ffi::CStr) -> Loc {
+        Loc(psource.as_ptr() as usize)
+    }
+
+    /// No location was given.
+    pub fn is_none(self) -> bool {
+        self.0 == 0
+    }
+
     pub fn parse(self) -> SourceLocation<'static> {
-        // SAFETY: an `ident_t` psource string is a constant of the calling binary, which
-        // is loaded while its construct runs.
+        // SAFETY: `Loc::from_raw`'s promise (or a `'static` string of ours).
         match unsafe { host_memory::c_str(self.0) } {
             Some(s) => SourceLocation::from_ident(s),
             None => SourceLocation::from_ident(";unknown;unknown;0;0;;"),

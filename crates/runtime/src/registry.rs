@@ -272,7 +272,7 @@ impl Runtime {
                 c.at_exit();
             }
             static LOC: &std::ffi::CStr = c";libomptarget;libomptarget;0;0;;";
-            self.announce_tables(crate::Loc(LOC.as_ptr() as usize), true);
+            self.announce_tables(crate::Loc::from_static(LOC), true);
         }
     }
 

@@ -162,7 +162,9 @@ fn a_device_memory_api_call_that_meets_a_lost_device_marks_it_lost() {
     dev.lose("worker process exited (signal 9)");
     let src = [1u8; 64];
     let host = rt.initial_device();
-    assert_eq!(rt.memcpy(p, src.as_ptr() as usize, 64, 0, 0, 0, host), omp_runtime::api::FAIL);
+    // SAFETY: the host side is `src`, 64 readable bytes of this test's.
+    let copied = unsafe { rt.memcpy(p, src.as_ptr() as usize, 64, 0, 0, 0, host) };
+    assert_eq!(copied, omp_runtime::api::FAIL);
     assert_eq!(rt.device(0).expect("device 0").lost(), Some("worker process exited (signal 9)"));
     assert!(rt.check_device(0, Loc::NONE).is_err(), "a lost device runs no further construct");
 }

@@ -34,7 +34,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 const MAX_REPORTED: usize = 1 << 16;
 
 /// A finding's identity: kind, device, variable or mapping, construct.
-type Said = (u8, i32, usize, usize);
+type Said = (u8, i32, usize, Loc);
 
 /// The checker's state, shared by all threads.
 pub struct Checker {
@@ -115,8 +115,8 @@ impl Checker {
         let what = if report::var(e.name).is_some() { e.name } else { e.begin };
         let mut r = self.reported.lock();
         let (said, seen) = &mut *r;
-        let new_mapping = seen.len() < MAX_REPORTED && seen.insert((kind, e.device, e.begin, loc.0));
-        let new = said.len() < MAX_REPORTED && said.insert((kind, e.device, what, loc.0));
+        let new_mapping = seen.len() < MAX_REPORTED && seen.insert((kind, e.device, e.begin, loc));
+        let new = said.len() < MAX_REPORTED && said.insert((kind, e.device, what, loc));
         if !new && new_mapping {
             self.repeats.fetch_add(1, Ordering::Relaxed);
         }

@@ -73,7 +73,7 @@ pub(super) fn file_of(names: &[usize]) -> Option<&'static str> {
 /// left it out: flang names no file (`FIRModule`) and gives target regions no line, which
 /// the kernel's name (`…_l11`) carries.
 pub(super) fn place_in(loc: Loc, file: Option<&str>, kernel: Option<&str>) -> String {
-    let l = if loc.0 == 0 { SourceLocation::from_ident(";unknown;unknown;0;0;;") } else { loc.parse() };
+    let l = if loc.is_none() { SourceLocation::from_ident(";unknown;unknown;0;0;;") } else { loc.parse() };
     let file_known = l.file != "unknown" && l.file != "FIRModule";
     let name = |f: &str| f.rsplit('/').next().unwrap_or(f).to_string();
     match (l.is_known(), file_known, file) {
@@ -127,7 +127,7 @@ fn fortran_file(f: &str) -> bool {
 
 /// The program is Fortran (the construct's file says so; flang's say `FIRModule`).
 pub(super) fn fortran(loc: Loc) -> bool {
-    if loc.0 == 0 {
+    if loc.is_none() {
         return false;
     }
     let l = loc.parse();
