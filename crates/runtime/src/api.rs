@@ -4,7 +4,7 @@
 
 use crate::table::{Lookup, MapEntry, INF};
 use crate::trace::{ApiOp, Event};
-use crate::{info, DeviceCtx, Runtime};
+use crate::{info, DeviceCtx, MapName, Runtime};
 use omp_plugin::{host_memory, AllocKind};
 use omp_sync::Mutex;
 use std::collections::BTreeMap;
@@ -463,7 +463,7 @@ impl Runtime {
             tgt_begin,
             dyn_rc: INF,
             hold_rc: 0,
-            name: 0,
+            name: MapName::NONE,
             shadows: Vec::new(),
             owns_memory: false,
         });

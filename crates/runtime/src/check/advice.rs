@@ -3,6 +3,7 @@
 
 use super::report;
 use crate::Loc;
+use crate::MapName;
 use omp_sync::Mutex;
 use std::collections::HashMap;
 use std::time::Duration;
@@ -71,7 +72,7 @@ pub(super) struct Advisor {
 
 impl Advisor {
     /// Notes waste at construct `loc` on the mapping named `name` (a `map_names` entry or 0).
-    pub fn note(&self, waste: Waste, loc: Loc, name: usize, bytes: usize, time: Duration) {
+    pub fn note(&self, waste: Waste, loc: Loc, name: MapName, bytes: usize, time: Duration) {
         let var = report::var(name).unwrap_or("an unnamed mapping");
         let fortran = report::is_fortran(loc, name);
         let mut t = self.tallies.lock();
