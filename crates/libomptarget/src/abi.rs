@@ -55,12 +55,17 @@ const _: () = assert!(std::mem::size_of::<BinDesc>() == 32);
 const _: () = assert!(std::mem::size_of::<Ident>() == 24);
 
 /// The location string of an `ident_t`, if any.
-pub fn loc(ident: *const Ident) -> Loc {
+///
+/// # Safety
+/// `ident` is NULL or points to an `ident_t` clang emitted: a constant of a registered
+/// binary whose `psource` is NULL or a constant string of it.
+pub unsafe fn loc(ident: *const Ident) -> Loc {
     if ident.is_null() {
         return Loc::NONE;
     }
-    // SAFETY: clang passes a pointer to a constant `ident_t`, or NULL (checked).
-    Loc(unsafe { (*ident).psource } as usize)
+    // SAFETY: the caller's promise: a constant `ident_t` (non-null, checked) whose psource
+    // string lives as long as its binary is registered.
+    unsafe { Loc::from_raw((*ident).psource as usize) }
 }
 
 /// A slice from a C array, empty for NULL or a non-positive count.
@@ -168,13 +173,18 @@ pub unsafe fn descriptor(desc: *const BinDesc) -> Result<Descriptor, DescriptorE
     }
     // SAFETY: non-null, built by the registration constructor.
     let d = unsafe { &*desc };
-    let table = byte_range(d.host_entries_begin, d.host_entries_end).ok_or(DescriptorError::EntryTableReversed)?;
+    // SAFETY: registration code points both ends into one constant of the binary, which
+    // stays mapped while it is registered (parsed here, never touched after
+    // `__tgt_unregister_lib`).
+    let table =
+        unsafe { byte_range(d.host_entries_begin, d.host_entries_end) }.ok_or(DescriptorError::EntryTableReversed)?;
     let (layout, entries) = parse_entry_table(table).map_err(DescriptorError::EntryTable)?;
     // SAFETY: the image array holds `num_device_images` elements.
     let imgs = unsafe { slice(d.device_images, d.num_device_images) };
     let mut images = Vec::with_capacity(imgs.len());
     for img in imgs {
-        let bytes = byte_range(img.image_start, img.image_end).ok_or(DescriptorError::ImageReversed)?;
+        // SAFETY: as for the entry table: one constant of the binary, copied at once.
+        let bytes = unsafe { byte_range(img.image_start, img.image_end) }.ok_or(DescriptorError::ImageReversed)?;
         // Copied: the runtime keeps images as long as it needs them, whatever the program
         // unloads meanwhile.
         images.push(BinaryImage { bytes: bytes.into() });
@@ -183,14 +193,17 @@ pub unsafe fn descriptor(desc: *const BinDesc) -> Result<Descriptor, DescriptorE
     Ok(Descriptor { key: desc as usize, images, entries, layout })
 }
 
-/// Bytes between two pointers into the program's data.
-fn byte_range(start: *const u8, end: *const u8) -> Option<&'static [u8]> {
+/// Bytes between two pointers into the program's data; `None` when `end` is before `start`.
+///
+/// # Safety
+/// Unless one is null or they are equal, both point into one object of the program that
+/// stays mapped and unchanged while the slice is used.
+unsafe fn byte_range<'a>(start: *const u8, end: *const u8) -> Option<&'a [u8]> {
     if start.is_null() || end.is_null() || start == end {
         return Some(&[]);
     }
     let len = (end as usize).checked_sub(start as usize)?;
-    // SAFETY: registration code points both ends into one constant of the binary, which stays
-    // mapped while it is registered (we never touch it after `__tgt_unregister_lib`).
+    // SAFETY: the caller's promise: `[start, end)` is one object of the program.
     Some(unsafe { std::slice::from_raw_parts(start, len) })
 }
 

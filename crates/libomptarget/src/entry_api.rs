@@ -101,7 +101,7 @@ pub extern "C" fn omp_get_mapped_ptr(ptr: *const c_void, dev: i32) -> *mut c_voi
 }
 
 #[no_mangle]
-pub extern "C" fn omp_target_memcpy(
+pub unsafe extern "C" fn omp_target_memcpy(
     dst: *mut c_void,
     src: *const c_void,
     len: usize,
@@ -110,7 +110,11 @@ pub extern "C" fn omp_target_memcpy(
     dst_dev: i32,
     src_dev: i32,
 ) -> i32 {
-    guard("omp_target_memcpy", -1, || rt().memcpy(dst as usize, src as usize, len, dst_off, src_off, dst_dev, src_dev))
+    guard("omp_target_memcpy", -1, || {
+        // SAFETY: `omp_target_memcpy`'s contract: a host side is program memory the caller
+        // names for this copy.
+        unsafe { rt().memcpy(dst as usize, src as usize, len, dst_off, src_off, dst_dev, src_dev) }
+    })
 }
 
 #[no_mangle]
@@ -151,7 +155,9 @@ pub unsafe extern "C" fn omp_target_memcpy_rect(
                 slice(src_dims, dims),
             )
         };
-        rt().memcpy_rect(dst as usize, src as usize, elem, v, dof, sof, dd, sd, dst_dev, src_dev)
+        // SAFETY: `omp_target_memcpy_rect`'s contract: a host side is program memory holding
+        // the sub-volume described.
+        unsafe { rt().memcpy_rect(dst as usize, src as usize, elem, v, dof, sof, dd, sd, dst_dev, src_dev) }
     })
 }
 
@@ -182,7 +188,7 @@ fn wait_for_deps(count: i32) {
 }
 
 #[no_mangle]
-pub extern "C" fn omp_target_memcpy_async(
+pub unsafe extern "C" fn omp_target_memcpy_async(
     dst: *mut c_void,
     src: *const c_void,
     len: usize,
@@ -194,7 +200,8 @@ pub extern "C" fn omp_target_memcpy_async(
     _deps: *mut c_void,
 ) -> i32 {
     wait_for_deps(dep_count);
-    omp_target_memcpy(dst, src, len, dst_off, src_off, dst_dev, src_dev)
+    // SAFETY: same contract as the blocking form.
+    unsafe { omp_target_memcpy(dst, src, len, dst_off, src_off, dst_dev, src_dev) }
 }
 
 #[no_mangle]
@@ -233,12 +240,16 @@ pub unsafe extern "C" fn omp_target_memcpy_rect_async(
 }
 
 #[no_mangle]
-pub extern "C" fn omp_target_memset(ptr: *mut c_void, byte: i32, len: usize, dev: i32) -> *mut c_void {
-    guard("omp_target_memset", ptr as usize, || rt().memset(ptr as usize, byte, len, dev)) as *mut c_void
+pub unsafe extern "C" fn omp_target_memset(ptr: *mut c_void, byte: i32, len: usize, dev: i32) -> *mut c_void {
+    guard("omp_target_memset", ptr as usize, || {
+        // SAFETY: `omp_target_memset`'s contract: on the host, `ptr` names `len` writable
+        // bytes of the program's.
+        unsafe { rt().memset(ptr as usize, byte, len, dev) }
+    }) as *mut c_void
 }
 
 #[no_mangle]
-pub extern "C" fn omp_target_memset_async(
+pub unsafe extern "C" fn omp_target_memset_async(
     ptr: *mut c_void,
     byte: i32,
     len: usize,
@@ -247,7 +258,8 @@ pub extern "C" fn omp_target_memset_async(
     _deps: *mut c_void,
 ) -> *mut c_void {
     wait_for_deps(dep_count);
-    omp_target_memset(ptr, byte, len, dev)
+    // SAFETY: same contract as the blocking form.
+    unsafe { omp_target_memset(ptr, byte, len, dev) }
 }
 
 #[no_mangle]

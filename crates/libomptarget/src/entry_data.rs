@@ -24,7 +24,9 @@ unsafe fn data(
     guard("__tgt_target_data", (), || {
         // SAFETY: clang passes arrays of `n` entries.
         let Some(mut args) = (unsafe { abi::map_args(n, bases, begins, sizes, types, names, mappers) }) else { return };
-        rt().data_directive(abi::loc(loc), device_id, &mut args, which, nowait);
+        // SAFETY: clang passes its constant `ident_t` or NULL.
+        let loc = unsafe { abi::loc(loc) };
+        rt().data_directive(loc, device_id, &mut args, which, nowait);
     })
 }
 

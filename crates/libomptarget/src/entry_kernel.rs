@@ -21,7 +21,9 @@ pub unsafe extern "C" fn __tgt_target_kernel(
         let Some(mut launch) = (unsafe { abi::kernel_launch(args, num_teams, thread_limit) }) else {
             return OFFLOAD_FAIL;
         };
-        rt().target_kernel(abi::loc(loc), device_id, host_ptr as usize, &mut launch)
+        // SAFETY: clang passes its constant `ident_t` or NULL.
+        let loc = unsafe { abi::loc(loc) };
+        rt().target_kernel(loc, device_id, host_ptr as usize, &mut launch)
     })
 }
 

@@ -9,7 +9,9 @@ pub unsafe extern "C" fn __tgt_register_lib(desc: *const BinDesc) {
     guard("__tgt_register_lib", (), || {
         // SAFETY: called by the registration constructor with its descriptor.
         match unsafe { abi::descriptor(desc) } {
-            Ok(d) => rt().register_lib(d),
+            // SAFETY: the descriptor's entries are the binary's own constants, mapped until
+            // its `__tgt_unregister_lib` (the registration constructor's contract).
+            Ok(d) => unsafe { rt().register_lib(d) },
             Err(e) => rt().register_failed(&e.to_string()),
         }
     })

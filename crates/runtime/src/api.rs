@@ -4,7 +4,7 @@
 
 use crate::table::{Lookup, MapEntry, INF};
 use crate::trace::{ApiOp, Event};
-use crate::{info, DeviceCtx, Runtime};
+use crate::{info, DeviceCtx, MapName, Runtime};
 use omp_plugin::{host_memory, AllocKind};
 use omp_sync::Mutex;
 use std::collections::BTreeMap;
@@ -227,8 +227,12 @@ impl Runtime {
     }
 
     /// `omp_target_memcpy`: any pair of host and device memory.
+    ///
+    /// # Safety
+    /// A side on the initial device (the host) is program memory the caller names for this
+    /// copy: `[src+src_off, +len)` readable, `[dst+dst_off, +len)` writable, for the call.
     #[allow(clippy::too_many_arguments)]
-    pub fn memcpy(
+    pub unsafe fn memcpy(
         &self,
         dst: usize,
         src: usize,
@@ -275,12 +279,13 @@ impl Runtime {
         }
         let r = match (d, s) {
             (ApiDevice::Host, ApiDevice::Host) => {
-                // SAFETY: both ranges are host memory the program named for this copy
-                // (`omp_target_memcpy`'s contract).
+                // SAFETY: both ranges are host memory the program named for this copy (the
+                // caller's promise).
                 unsafe { host_memory::copy(dst, src, len) };
                 Ok(())
             }
-            // SAFETY: the host side is memory the program named for this copy.
+            // SAFETY: the host side is memory the program named for this copy (the caller's
+            // promise).
             (ApiDevice::Offload(d), ApiDevice::Host) => unsafe { d.submit(dst, src, len) },
             // SAFETY: as above, writable by the same contract.
             (ApiDevice::Host, ApiDevice::Offload(s)) => unsafe { s.retrieve(dst, src, len) },
@@ -312,8 +317,12 @@ impl Runtime {
     }
 
     /// `omp_target_memcpy_rect`. Null `dst` and `src` ask for the number of dimensions supported.
+    ///
+    /// # Safety
+    /// A side on the initial device is program memory holding the whole sub-volume the
+    /// offsets and dimensions describe, readable (`src`) or writable (`dst`), for the call.
     #[allow(clippy::too_many_arguments)]
-    pub fn memcpy_rect(
+    pub unsafe fn memcpy_rect(
         &self,
         dst: usize,
         src: usize,
@@ -347,7 +356,8 @@ impl Runtime {
             else {
                 return overflow();
             };
-            return self.memcpy(dst, src, len, dst_off, src_off, dst_dev, src_dev);
+            // SAFETY: one row of the volume the caller vouched for.
+            return unsafe { self.memcpy(dst, src, len, dst_off, src_off, dst_dev, src_dev) };
         }
         let product = |dims: &[usize]| dims.iter().try_fold(elem, |acc, &d| acc.checked_mul(d));
         let (Some(dst_slice), Some(src_slice)) = (product(&dst_dims[1..]), product(&src_dims[1..])) else {
@@ -362,18 +372,21 @@ impl Runtime {
             else {
                 return overflow();
             };
-            let r = self.memcpy_rect(
-                dst_row,
-                src_row,
-                elem,
-                &volume[1..],
-                &dst_offsets[1..],
-                &src_offsets[1..],
-                &dst_dims[1..],
-                &src_dims[1..],
-                dst_dev,
-                src_dev,
-            );
+            // SAFETY: a slice of the volume the caller vouched for.
+            let r = unsafe {
+                self.memcpy_rect(
+                    dst_row,
+                    src_row,
+                    elem,
+                    &volume[1..],
+                    &dst_offsets[1..],
+                    &src_offsets[1..],
+                    &dst_dims[1..],
+                    &src_dims[1..],
+                    dst_dev,
+                    src_dev,
+                )
+            };
             if r != 0 {
                 return r;
             }
@@ -382,7 +395,11 @@ impl Runtime {
     }
 
     /// `omp_target_memset`: always returns `ptr`.
-    pub fn memset(&self, ptr: usize, byte: i32, len: usize, device: i32) -> usize {
+    ///
+    /// # Safety
+    /// On the initial device, `[ptr, ptr+len)` is program memory the caller names for this
+    /// fill, writable for the call.
+    pub unsafe fn memset(&self, ptr: usize, byte: i32, len: usize, device: i32) -> usize {
         if ptr == 0 || len == 0 {
             return ptr;
         }
@@ -396,7 +413,7 @@ impl Runtime {
         }
         match dev {
             // SAFETY: `fits` checked the range against what `omp_target_alloc` handed out, or
-            // it is host memory the program named for this fill.
+            // it is host memory the program named for this fill (the caller's promise).
             ApiDevice::Host => unsafe { host_memory::fill(ptr, byte as u8, len) },
             ApiDevice::Offload(d) => {
                 self.api_event(ApiOp::Memset, device, ptr, byte as usize, len);
@@ -448,7 +465,7 @@ impl Runtime {
             tgt_begin,
             dyn_rc: INF,
             hold_rc: 0,
-            name: 0,
+            name: MapName::NONE,
             shadows: Vec::new(),
             owns_memory: false,
         });

@@ -9,14 +9,36 @@ use std::fmt::Write as _;
 use std::io::Write as _;
 
 /// A source location as the program gave it: the address of an `ident_t` psource string.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct Loc(pub usize);
+/// Made only by [`Loc::from_raw`] at the C boundary (or from a string of ours): reading it is
+/// then safe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Loc(usize);
 
 impl Loc {
     pub const NONE: Loc = Loc(0);
+
+    /// A location from the program.
+    ///
+    /// # Safety
+    /// `psource` is 0 or the address of a NUL-terminated string that stays mapped and
+    /// unchanged while the location is used: an `ident_t` psource constant of a registered
+    /// binary (the runtime keeps locations no longer than its binary is registered).
+    pub unsafe fn from_raw(psource: usize) -> Loc {
+        Loc(psource)
+    }
+
+    /// A location of the runtime's own.
+    pub fn from_static(psource: &'static std::ffi::CStr) -> Loc {
+        Loc(psource.as_ptr() as usize)
+    }
+
+    /// No location was given.
+    pub fn is_none(self) -> bool {
+        self.0 == 0
+    }
+
     pub fn parse(self) -> SourceLocation<'static> {
-        // SAFETY: an `ident_t` psource string is a constant of the calling binary, which
-        // is loaded while its construct runs.
+        // SAFETY: `Loc::from_raw`'s promise (or a `'static` string of ours).
         match unsafe { host_memory::c_str(self.0) } {
             Some(s) => SourceLocation::from_ident(s),
             None => SourceLocation::from_ident(";unknown;unknown;0;0;;"),
@@ -24,21 +46,52 @@ impl Loc {
     }
 }
 
+/// The address of a map-name string (`;name;file;line;col;;`) or of a descriptor entry's
+/// symbol name, as the program gave it. Made only by [`MapName::from_raw`] (at the C
+/// boundary, or from what it vouched for): reading it is then safe.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+#[repr(transparent)]
+pub struct MapName(usize);
+
+impl MapName {
+    /// No name (compiled without debug information).
+    pub const NONE: MapName = MapName(0);
+
+    /// A name from the program.
+    ///
+    /// # Safety
+    /// `addr` is 0 or the address of a NUL-terminated string that stays mapped and
+    /// unchanged while the name is used: a constant the compiler emitted into a registered
+    /// binary (the runtime keeps names only while their binary is registered: mappings it
+    /// made are looked at before its unregistration, as in LLVM).
+    pub unsafe fn from_raw(addr: usize) -> MapName {
+        MapName(addr)
+    }
+
+    /// Whether there is no name.
+    pub fn is_none(self) -> bool {
+        self.0 == 0
+    }
+
+    /// The address, to hand back to the program (a `declare mapper` function's argument).
+    pub fn addr(self) -> usize {
+        self.0
+    }
+}
+
 /// A map-name string (`;name;file;line;col;;`), or a descriptor entry's symbol name.
-pub fn map_name(name: usize) -> Option<&'static str> {
-    // SAFETY: map names and entry names are constants the compiler emitted into a registered
-    // binary; the runtime keeps them only while that binary is registered (mappings it made
-    // are looked at before its unregistration, as in LLVM).
-    unsafe { host_memory::c_str(name) }
+pub fn map_name(name: MapName) -> Option<&'static str> {
+    // SAFETY: `MapName::from_raw`'s promise.
+    unsafe { host_memory::c_str(name.0) }
 }
 
 /// The variable name in a map-name string, or `unknown`.
-pub fn var_name(name: usize) -> &'static str {
+pub fn var_name(name: MapName) -> &'static str {
     map_name(name).map(|s| SourceLocation::from_map_name(s).name).unwrap_or("unknown")
 }
 
 /// `name at file:line:col` as the table dump prints declarations.
-pub fn declaration(name: usize) -> String {
+pub fn declaration(name: MapName) -> String {
     match map_name(name) {
         Some(s) => {
             let l = SourceLocation::from_map_name(s);
@@ -170,7 +223,7 @@ impl Observer for InfoObserver {
                     types.len()
                 );
                 for (i, (&ty, &size)) in types.iter().zip(sizes).enumerate() {
-                    let name = names.and_then(|n| n.get(i).copied()).unwrap_or(0);
+                    let name = names.and_then(|n| n.get(i).copied()).unwrap_or(MapName::NONE);
                     let _ = writeln!(
                         s,
                         "omptarget device {device} info: {}({})[{}] {}",

@@ -188,7 +188,7 @@ impl Runtime {
                                     field,
                                     &dev_ptr as *const usize as usize,
                                     std::mem::size_of::<usize>(),
-                                    0,
+                                    crate::MapName::NONE,
                                 )
                             }?;
                         }
@@ -245,7 +245,7 @@ impl Runtime {
             .iter()
             .flat_map(|d| d.entries.iter())
             .find(|e| e.addr as usize == host_ptr && e.size == 0)
-            .and_then(|e| info::map_name(e.name as usize))
+            .and_then(|e| info::map_name(crate::registry::entry_name(e)))
             .map(str::to_string)
     }
 }

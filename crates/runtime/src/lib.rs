@@ -24,7 +24,7 @@ pub mod trace;
 pub use config::Config;
 pub use data::{MapArgs, MapperComponents};
 pub use device::DeviceCtx;
-pub use info::Loc;
+pub use info::{Loc, MapName};
 pub use launch::KernelLaunch;
 pub use registry::{BinaryImage, Descriptor};
 

@@ -1,6 +1,6 @@
 //! Registered binaries (`__tgt_register_lib`): their device images and offload entries.
 
-use crate::{info, Runtime};
+use crate::{info, MapName, Runtime};
 use omp_format::{EntryLayout, OffloadBinary, OffloadEntry};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -105,7 +105,12 @@ fn requires_clause(bit: u64) -> &'static str {
 impl Runtime {
     /// `__tgt_register_lib`: records the binary and opens every device that can run one of
     /// its images. Images load on a device at its first use.
-    pub fn register_lib(&self, desc: Descriptor) {
+    ///
+    /// # Safety
+    /// Each entry's address and size name the binary's kernel stub or global, and its name
+    /// is a NUL-terminated constant of the binary; all stay mapped until
+    /// [`Runtime::unregister_lib`] with the same key.
+    pub unsafe fn register_lib(&self, desc: Descriptor) {
         let start = self.start_timer();
         self.register_lib_now(desc);
         if self.observing() {
@@ -272,7 +277,7 @@ impl Runtime {
                 c.at_exit();
             }
             static LOC: &std::ffi::CStr = c";libomptarget;libomptarget;0;0;;";
-            self.announce_tables(crate::Loc(LOC.as_ptr() as usize), true);
+            self.announce_tables(crate::Loc::from_static(LOC), true);
         }
     }
 
@@ -317,4 +322,11 @@ impl Runtime {
     pub(crate) fn requires_usm(&self) -> bool {
         self.usm.load(Ordering::Relaxed)
     }
+}
+
+/// The name of a registered binary's entry.
+pub(crate) fn entry_name(e: &OffloadEntry) -> MapName {
+    // SAFETY: `Runtime::register_lib`'s promise: entry names are constants of the binary,
+    // and the runtime reads them only while it is registered.
+    unsafe { MapName::from_raw(e.name as usize) }
 }

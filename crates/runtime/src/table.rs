@@ -1,6 +1,7 @@
 //! The per-device mapping table: host ranges and their device copies, with dynamic and hold
 //! reference counts. Pure bookkeeping; data motion and allocation happen in the caller.
 
+use crate::MapName;
 use std::collections::BTreeMap;
 
 /// A reference count that never changes and prints as `INF` (globals, associated pointers).
@@ -28,7 +29,7 @@ pub struct MapEntry {
     pub dyn_rc: u64,
     pub hold_rc: u64,
     /// Address of the map-name string (`;name;file;line;col;;`), or 0.
-    pub name: usize,
+    pub name: MapName,
     pub shadows: Vec<ShadowPtr>,
     /// Whether the runtime owns `tgt_alloc` (false for globals and associated pointers).
     pub owns_memory: bool,
@@ -234,7 +235,7 @@ mod tests {
             tgt_begin: 0x9000 + begin,
             dyn_rc: 1,
             hold_rc: 0,
-            name: 0,
+            name: MapName::NONE,
             shadows: Vec::new(),
             owns_memory: true,
         }

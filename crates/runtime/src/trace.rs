@@ -2,7 +2,7 @@
 //! tools (through the ABI layer), and checkers to come. With no observer, each event costs
 //! one branch.
 
-use crate::Loc;
+use crate::{Loc, MapName};
 use std::cell::Cell;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
@@ -82,7 +82,14 @@ pub enum Event<'a> {
         time: Option<Interval>,
     },
     /// The map arguments of a construct, as the compiler passed them (INFO 0x1).
-    Arguments { device: i32, region: &'a str, loc: Loc, types: &'a [i64], sizes: &'a [i64], names: Option<&'a [usize]> },
+    Arguments {
+        device: i32,
+        region: &'a str,
+        loc: Loc,
+        types: &'a [i64],
+        sizes: &'a [i64],
+        names: Option<&'a [MapName]>,
+    },
     /// A new mapping-table entry.
     MapCreated {
         device: i32,
@@ -93,7 +100,7 @@ pub enum Event<'a> {
         tgt_begin: usize,
         dyn_rc: u64,
         hold_rc: u64,
-        name: usize,
+        name: MapName,
     },
     /// A construct's begin found the range mapped already.
     MapReused {
@@ -106,7 +113,7 @@ pub enum Event<'a> {
         hold_rc: u64,
         hold: bool,
         change: RcChange,
-        name: usize,
+        name: MapName,
     },
     /// A construct's end released its reference.
     MapReleased {
@@ -118,20 +125,28 @@ pub enum Event<'a> {
         hold_rc: u64,
         hold: bool,
         change: RcChange,
-        name: usize,
+        name: MapName,
     },
     /// An entry left the table (its device memory is freed next, if the runtime owns it).
-    MapRemoved { device: i32, begin: usize, tgt_begin: usize, size: usize, name: usize },
+    MapRemoved { device: i32, begin: usize, tgt_begin: usize, size: usize, name: MapName },
     /// Under unified shared memory, the host address is used as is.
     MapUsm { device: i32, begin: usize, size: usize },
     /// An explicit map produced no device counterpart (INFO 0x10).
-    NoCounterpart { device: i32, name: usize },
+    NoCounterpart { device: i32, name: MapName },
     /// Device memory for a mapping.
-    Alloc { device: i32, host: usize, tgt: usize, bytes: usize, name: usize, time: Option<Interval> },
+    Alloc { device: i32, host: usize, tgt: usize, bytes: usize, name: MapName, time: Option<Interval> },
     /// A mapping's device memory was released.
-    Free { device: i32, tgt: usize, bytes: usize, name: usize, time: Option<Interval> },
+    Free { device: i32, tgt: usize, bytes: usize, name: MapName, time: Option<Interval> },
     /// A copy starts (`done` is `None`) or has finished.
-    Transfer { device: i32, dir: Direction, host: usize, tgt: usize, bytes: usize, name: usize, done: Option<Interval> },
+    Transfer {
+        device: i32,
+        dir: Direction,
+        host: usize,
+        tgt: usize,
+        bytes: usize,
+        name: MapName,
+        done: Option<Interval>,
+    },
     /// A kernel launch starts (`done` is `None`) or has finished. `args` are the device
     /// values passed; `host_args` the host values they stand for (equal for literals).
     Kernel {

@@ -162,7 +162,44 @@ fn a_device_memory_api_call_that_meets_a_lost_device_marks_it_lost() {
     dev.lose("worker process exited (signal 9)");
     let src = [1u8; 64];
     let host = rt.initial_device();
-    assert_eq!(rt.memcpy(p, src.as_ptr() as usize, 64, 0, 0, 0, host), omp_runtime::api::FAIL);
+    // SAFETY: the host side is `src`, 64 readable bytes of this test's.
+    let copied = unsafe { rt.memcpy(p, src.as_ptr() as usize, 64, 0, 0, 0, host) };
+    assert_eq!(copied, omp_runtime::api::FAIL);
     assert_eq!(rt.device(0).expect("device 0").lost(), Some("worker process exited (signal 9)"));
     assert!(rt.check_device(0, Loc::NONE).is_err(), "a lost device runs no further construct");
+}
+
+#[test]
+fn an_indirect_function_that_cannot_be_read_is_a_load_error_value() {
+    use omp_format::{entries::FLAG_INDIRECT, EntryLayout, OffloadEntry};
+    use omp_plugin::mock::{MockPlugin, SharedMock};
+    use omp_runtime::device::LoadError;
+    use omp_runtime::{BinaryImage, Descriptor};
+
+    static NAME: &std::ffi::CStr = c"fp";
+    static HOST_FP: u64 = 0;
+    let mock = SharedMock::default();
+    mock.0.add_global("fp", 8);
+    let rt = Runtime::new(Config::default(), Box::new(common::Host), vec![Box::new(MockPlugin(mock.clone()))]);
+    let entry = OffloadEntry {
+        addr: &HOST_FP as *const u64 as u64,
+        name: NAME.as_ptr() as u64,
+        size: 8,
+        flags: FLAG_INDIRECT,
+        data: 0,
+        kind: 1,
+    };
+    // SAFETY: the entry's address and name are statics of this test.
+    unsafe {
+        rt.register_lib(Descriptor {
+            key: 1,
+            images: vec![BinaryImage { bytes: b"MOCK image".as_slice().into() }],
+            entries: vec![entry],
+            layout: EntryLayout::V1,
+        })
+    };
+    mock.0.lose("worker process exited (signal 9)");
+    let dev = rt.device(0).expect("device 0");
+    assert_eq!(rt.ensure_loaded(&dev), Err(LoadError::IndirectFunction("fp".into())));
+    assert_eq!(dev.lost(), Some("worker process exited (signal 9)"), "the failed read found the device lost");
 }

@@ -3,6 +3,7 @@
 
 use super::report;
 use crate::Loc;
+use crate::MapName;
 use omp_sync::Mutex;
 use std::collections::HashMap;
 use std::time::Duration;
@@ -66,16 +67,16 @@ struct Tally {
 /// What was wasted where: (waste, construct, variable) → totals.
 #[derive(Default)]
 pub(super) struct Advisor {
-    tallies: Mutex<HashMap<(Waste, usize, String), Tally>>,
+    tallies: Mutex<HashMap<(Waste, Loc, String), Tally>>,
 }
 
 impl Advisor {
     /// Notes waste at construct `loc` on the mapping named `name` (a `map_names` entry or 0).
-    pub fn note(&self, waste: Waste, loc: Loc, name: usize, bytes: usize, time: Duration) {
+    pub fn note(&self, waste: Waste, loc: Loc, name: MapName, bytes: usize, time: Duration) {
         let var = report::var(name).unwrap_or("an unnamed mapping");
         let fortran = report::is_fortran(loc, name);
         let mut t = self.tallies.lock();
-        let e = t.entry((waste, loc.0, var.to_string())).or_default();
+        let e = t.entry((waste, loc, var.to_string())).or_default();
         e.fortran |= fortran;
         e.times += 1;
         e.bytes += bytes as u64;
@@ -99,7 +100,7 @@ impl Advisor {
             if rows.len() == 1 { "" } else { "s" }
         );
         for ((waste, loc, var), tally) in rows.iter().take(20) {
-            let loc = Loc(*loc);
+            let loc = *loc;
             out.push_str(&format!(
                 "omptarget advice:   {var} at {}: {} ({} time{}, {}, {:.3} ms); {}\n",
                 report::place(loc),

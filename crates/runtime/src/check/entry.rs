@@ -3,6 +3,7 @@
 
 use crate::trace::TargetKind;
 use crate::Loc;
+use crate::MapName;
 use omp_plugin::{host_memory, TRACK_PAGE};
 
 /// One mapping-table entry, as the checker follows it.
@@ -13,7 +14,7 @@ pub(super) struct Entry {
     /// Device address of `begin`.
     pub tgt: usize,
     /// The map name (`;A[0:N];file;line;col;;`), or 0.
-    pub name: usize,
+    pub name: MapName,
     /// The construct that made it; `None` when made outside constructs (declare target).
     pub made_by: Option<(TargetKind, Loc)>,
     /// One of that construct's own map arguments made it (not a mapper or a member).
@@ -41,7 +42,7 @@ impl Entry {
         begin: usize,
         size: usize,
         tgt: usize,
-        name: usize,
+        name: MapName,
         made_by: Option<(TargetKind, Loc)>,
     ) -> Self {
         let pages = pages_of(tgt, size);
@@ -309,7 +310,7 @@ mod tests {
 
     #[test]
     fn pages_of_a_mapping() {
-        let e = Entry::new(0, 0x1000, 8192, 0x20ff8, 0, None);
+        let e = Entry::new(0, 0x1000, 8192, 0x20ff8, MapName::NONE, None);
         assert_eq!(e.init.len(), 3);
         assert_eq!(e.page_span(0), (0, 8));
         assert_eq!(e.page_span(1), (8, 4104));

@@ -3,6 +3,7 @@
 use super::*;
 use crate::map_type::{ALWAYS, MEMBER_OF};
 use crate::trace::{ApiOp, Direction, Event, RcChange};
+use crate::MapName;
 use omp_plugin::TRACK_PAGE;
 use std::time::Duration;
 
@@ -13,17 +14,15 @@ impl Checker {
     /// An event from the runtime (after its locks are released).
     pub fn event(&self, ev: &Event, dev: Option<&DeviceCtx>) {
         match *ev {
-            Event::Arguments { types, sizes, names, .. } => ARGS.with(|a| {
-                let mut a = a.borrow_mut();
-                a.clear();
-                a.extend(
-                    types
-                        .iter()
-                        .zip(sizes)
-                        .enumerate()
-                        .map(|(i, (&t, &size))| (names.and_then(|n| n.get(i).copied()).unwrap_or(0), t, size)),
-                );
-            }),
+            Event::Arguments { types, sizes, names, .. } => {
+                ARGS.with(|a| {
+                    let mut a = a.borrow_mut();
+                    a.clear();
+                    a.extend(types.iter().zip(sizes).enumerate().map(|(i, (&t, &size))| {
+                        (names.and_then(|n| n.get(i).copied()).unwrap_or(MapName::NONE), t, size)
+                    }));
+                })
+            }
             Event::Construct { kind, begin: true, loc, .. } => {
                 let args = ARGS.with(|a| std::mem::take(&mut *a.borrow_mut()));
                 CTX.with(|c| {
@@ -41,7 +40,7 @@ impl Checker {
                 CTX.with(|c| c.borrow_mut().pop());
             }
             Event::MapCreated { device, begin, size, tgt_begin, name, .. } => {
-                let names: Vec<usize> =
+                let names: Vec<MapName> =
                     with_ctx(|c| c.map(|c| c.args.iter().map(|a| a.0).collect())).unwrap_or_default();
                 let name = report::named_like(name, &names);
                 let mut e = Entry::new(device, begin, size, tgt_begin, name, current());
@@ -51,7 +50,7 @@ impl Checker {
                         c.args.iter().any(|&(n, ty, sz)| {
                             sz as usize == size
                                 && ty & MEMBER_OF == 0
-                                && (n == 0 || n == name || report::var(n).is_none())
+                                && (n.is_none() || n == name || report::var(n).is_none())
                         })
                     })
                 });

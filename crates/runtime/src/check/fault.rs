@@ -1,6 +1,7 @@
 //! A kernel stopped on an access it may not make: which mapping, and how to fix it.
 
 use super::*;
+use crate::MapName;
 use omp_plugin::{Fault, TRACK_PAGE};
 
 /// `OMP_MAP_IMPLICIT`.
@@ -10,7 +11,7 @@ impl Checker {
     /// A kernel stopped on an access it may not make.
     pub(super) fn fault(&self, dev: &DeviceCtx, f: Fault, kernel: &str, loc: Loc) {
         let access = if f.write { "wrote" } else { "read" };
-        let names: Vec<usize> = with_ctx(|c| c.map(|c| c.args.iter().map(|a| a.0).collect())).unwrap_or_default();
+        let names: Vec<MapName> = with_ctx(|c| c.map(|c| c.args.iter().map(|a| a.0).collect())).unwrap_or_default();
         let at = report::place_in(loc, report::file_of(&names), Some(kernel));
         let fix_dir = if f.write { "tofrom" } else { "to" };
         if !f.device_memory {

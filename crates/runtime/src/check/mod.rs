@@ -22,6 +22,7 @@ mod tracked;
 
 use crate::config::CheckMode;
 use crate::trace::TargetKind;
+use crate::MapName;
 use crate::{DeviceCtx, Loc};
 use advice::{Advisor, Waste};
 use entry::Entry;
@@ -34,7 +35,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 const MAX_REPORTED: usize = 1 << 16;
 
 /// A finding's identity: kind, device, variable or mapping, construct.
-type Said = (u8, i32, usize, usize);
+type Said = (u8, i32, usize, Loc);
 
 /// The checker's state, shared by all threads.
 pub struct Checker {
@@ -56,12 +57,12 @@ struct Ctx {
     kind: TargetKind,
     loc: Loc,
     /// The construct's map arguments: (name, type, size).
-    args: Vec<(usize, i64, i64)>,
+    args: Vec<(MapName, i64, i64)>,
     /// Pointer arguments that point to nothing mapped: (variable, host address).
     unmapped: Vec<(String, usize)>,
     /// A transfer announced and judged wasteful (waste, mapping name, bytes), waiting for its
     /// duration.
-    waste: Option<(Waste, usize, usize)>,
+    waste: Option<(Waste, MapName, usize)>,
     /// The construct's kernel, once launched.
     kernel: String,
 }
@@ -69,7 +70,7 @@ struct Ctx {
 thread_local! {
     static CTX: RefCell<Vec<Ctx>> = const { RefCell::new(Vec::new()) };
     /// The last `Arguments` event (it precedes its construct's begin).
-    static ARGS: RefCell<Vec<(usize, i64, i64)>> = const { RefCell::new(Vec::new()) };
+    static ARGS: RefCell<Vec<(MapName, i64, i64)>> = const { RefCell::new(Vec::new()) };
 }
 
 fn with_ctx<R>(f: impl FnOnce(Option<&mut Ctx>) -> R) -> R {
@@ -112,11 +113,11 @@ impl Checker {
     /// it has no name): a loop that maps a new section each time says it once. Repeats are
     /// counted and their number said at exit.
     fn first_time(&self, kind: u8, e: &Entry, loc: Loc) -> bool {
-        let what = if report::var(e.name).is_some() { e.name } else { e.begin };
+        let what = if report::var(e.name).is_some() { e.name.addr() } else { e.begin };
         let mut r = self.reported.lock();
         let (said, seen) = &mut *r;
-        let new_mapping = seen.len() < MAX_REPORTED && seen.insert((kind, e.device, e.begin, loc.0));
-        let new = said.len() < MAX_REPORTED && said.insert((kind, e.device, what, loc.0));
+        let new_mapping = seen.len() < MAX_REPORTED && seen.insert((kind, e.device, e.begin, loc));
+        let new = said.len() < MAX_REPORTED && said.insert((kind, e.device, what, loc));
         if !new && new_mapping {
             self.repeats.fetch_add(1, Ordering::Relaxed);
         }

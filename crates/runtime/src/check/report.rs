@@ -4,6 +4,7 @@
 use crate::info;
 use crate::trace::TargetKind;
 use crate::Loc;
+use crate::MapName;
 use omp_format::SourceLocation;
 
 /// Prints one finding: a single line that starts with `omptarget check:`.
@@ -24,7 +25,7 @@ pub(super) fn hint_debug_info() -> &'static str {
 /// A map name's fields: clang writes `;name;file;line;col;;`, flang `;file;name;line;col;;`.
 /// flang 22 writes a location from an included file as MLIR text
 /// (`loc(fused<…>["/src/inc.F90":236:18, …])`): its first quoted path is the file.
-fn parse_name(name: usize) -> Option<SourceLocation<'static>> {
+fn parse_name(name: MapName) -> Option<SourceLocation<'static>> {
     let mut l = SourceLocation::from_map_name(info::map_name(name)?);
     for field in [&mut l.name, &mut l.file] {
         if let Some(path) = field.strip_prefix("loc(").and_then(|t| t.split('"').nth(1)) {
@@ -45,14 +46,14 @@ fn source_file(s: &str) -> bool {
 }
 
 /// A map name's variable spelling (`A[0:N]`, `a(1:n)`), if the compiler passed names.
-pub(super) fn var(name: usize) -> Option<&'static str> {
+pub(super) fn var(name: MapName) -> Option<&'static str> {
     let n = parse_name(name)?.name;
     (!n.is_empty() && n != "unknown").then_some(n)
 }
 
 /// A name for a mapping the compiler left unnamed (flang's data of an allocatable): the
 /// construct's map name declared at the same place, if one has a variable.
-pub(super) fn named_like(name: usize, names: &[usize]) -> usize {
+pub(super) fn named_like(name: MapName, names: &[MapName]) -> MapName {
     if var(name).is_some() {
         return name;
     }
@@ -65,7 +66,7 @@ pub(super) fn named_like(name: usize, names: &[usize]) -> usize {
 }
 
 /// The source file a construct's map names mention (flang's constructs carry no file).
-pub(super) fn file_of(names: &[usize]) -> Option<&'static str> {
+pub(super) fn file_of(names: &[MapName]) -> Option<&'static str> {
     names.iter().filter_map(|&n| parse_name(n)).map(|l| l.file).find(|f| source_file(f))
 }
 
@@ -73,7 +74,7 @@ pub(super) fn file_of(names: &[usize]) -> Option<&'static str> {
 /// left it out: flang names no file (`FIRModule`) and gives target regions no line, which
 /// the kernel's name (`…_l11`) carries.
 pub(super) fn place_in(loc: Loc, file: Option<&str>, kernel: Option<&str>) -> String {
-    let l = if loc.0 == 0 { SourceLocation::from_ident(";unknown;unknown;0;0;;") } else { loc.parse() };
+    let l = if loc.is_none() { SourceLocation::from_ident(";unknown;unknown;0;0;;") } else { loc.parse() };
     let file_known = l.file != "unknown" && l.file != "FIRModule";
     let name = |f: &str| f.rsplit('/').next().unwrap_or(f).to_string();
     match (l.is_known(), file_known, file) {
@@ -92,7 +93,7 @@ pub(super) fn place_in(loc: Loc, file: Option<&str>, kernel: Option<&str>) -> St
 }
 
 /// `` `A[0:N]` `` or a description of an unnamed mapping.
-pub(super) fn var_or(name: usize, size: usize) -> String {
+pub(super) fn var_or(name: MapName, size: usize) -> String {
     match var(name) {
         Some(v) => format!("`{v}`"),
         None => format!("an unnamed mapping of {size} bytes"),
@@ -111,12 +112,12 @@ pub(super) fn place(loc: Loc) -> String {
 }
 
 /// [`place`], completed from a mapping's name and the kernel's.
-pub(super) fn place_for(loc: Loc, name: usize, kernel: Option<&str>) -> String {
+pub(super) fn place_for(loc: Loc, name: MapName, kernel: Option<&str>) -> String {
     place_in(loc, file_of(&[name]), kernel)
 }
 
 /// The program is Fortran: the construct's file, or the mapping's, says so.
-pub(super) fn is_fortran(loc: Loc, name: usize) -> bool {
+pub(super) fn is_fortran(loc: Loc, name: MapName) -> bool {
     fortran(loc) || file_of(&[name]).is_some_and(fortran_file)
 }
 
@@ -127,7 +128,7 @@ fn fortran_file(f: &str) -> bool {
 
 /// The program is Fortran (the construct's file says so; flang's say `FIRModule`).
 pub(super) fn fortran(loc: Loc) -> bool {
-    if loc.0 == 0 {
+    if loc.is_none() {
         return false;
     }
     let l = loc.parse();
@@ -146,7 +147,7 @@ pub(super) fn directive(fortran: bool, text: &str) -> String {
 
 /// The spelling of a section for a fix: the map name's own when it has one, else a
 /// placeholder in the program's language.
-pub(super) fn section(name: usize, fortran: bool) -> String {
+pub(super) fn section(name: MapName, fortran: bool) -> String {
     match var(name) {
         Some(v) if v.contains(['[', '(']) => v.to_string(),
         Some(v) if fortran => v.to_string(),
@@ -208,7 +209,11 @@ mod tests {
 
     #[test]
     fn flang_names_with_mlir_locations() {
-        let leak = |s: &str| Box::leak(std::ffi::CString::new(s).unwrap().into_boxed_c_str()).as_ptr() as usize;
+        let leak = |s: &str| {
+            let c = Box::leak(std::ffi::CString::new(s).unwrap().into_boxed_c_str());
+            // SAFETY: a leaked string lives, unchanged, to the end of the process.
+            unsafe { MapName::from_raw(c.as_ptr() as usize) }
+        };
         let name =
             leak(";loc(fused<#fir<loc_kind_array[ base]>>[\"/src/inc.F90\":236:18, \"/src/t.F90\":9:1]);probe;244;9;;");
         assert_eq!(var(name), Some("probe"));

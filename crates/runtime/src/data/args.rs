@@ -1,6 +1,6 @@
 //! The map arrays of one construct, and the components a `declare mapper` pushes.
 
-use crate::Runtime;
+use crate::{MapName, Runtime};
 
 /// The map arrays of one construct, as the compiler laid them out. The addresses in them
 /// are the program's: only [`MapArgs::new`], an `unsafe fn` called at the C boundary, makes
@@ -12,7 +12,7 @@ pub struct MapArgs<'a> {
     pub(crate) sizes: &'a [i64],
     pub(crate) types: &'a [i64],
     /// Map-name strings, when compiled with debug information.
-    pub(crate) names: Option<&'a [usize]>,
+    pub(crate) names: Option<&'a [MapName]>,
     /// `declare mapper` functions, per entry (0 for none).
     pub(crate) mappers: Option<&'a [usize]>,
 }
@@ -35,6 +35,9 @@ impl<'a> MapArgs<'a> {
         names: Option<&'a [usize]>,
         mappers: Option<&'a [usize]>,
     ) -> Self {
+        // SAFETY: `MapName` is a transparent `usize`; each name is one `MapName::from_raw`
+        // accepts (the caller's promise).
+        let names = names.map(|n| unsafe { std::slice::from_raw_parts(n.as_ptr().cast::<MapName>(), n.len()) });
         MapArgs { bases, begins, sizes, types, names, mappers }
     }
 
@@ -44,8 +47,8 @@ impl<'a> MapArgs<'a> {
     pub fn is_empty(&self) -> bool {
         self.types.is_empty()
     }
-    pub fn name(&self, i: usize) -> usize {
-        self.names.and_then(|n| n.get(i).copied()).unwrap_or(0)
+    pub fn name(&self, i: usize) -> MapName {
+        self.names.and_then(|n| n.get(i).copied()).unwrap_or(MapName::NONE)
     }
     pub(super) fn mapper(&self, i: usize) -> usize {
         self.mappers.and_then(|m| m.get(i).copied()).unwrap_or(0)
@@ -59,7 +62,7 @@ pub struct MapperComponents {
     begins: Vec<usize>,
     sizes: Vec<i64>,
     types: Vec<i64>,
-    names: Vec<usize>,
+    names: Vec<MapName>,
 }
 
 impl MapperComponents {
@@ -72,7 +75,8 @@ impl MapperComponents {
         self.begins.push(begin);
         self.sizes.push(size);
         self.types.push(ty);
-        self.names.push(name);
+        // SAFETY: a map entry's name, as `MapArgs::new` requires (the caller's promise).
+        self.names.push(unsafe { MapName::from_raw(name) });
     }
     /// The components as a construct's map arrays: each came through [`MapperComponents::push`],
     /// whose caller vouched for it as [`MapArgs::new`] requires.
@@ -97,7 +101,7 @@ impl Runtime {
             args.begins[i],
             args.sizes[i],
             args.types[i],
-            args.name(i),
+            args.name(i).addr(),
         )
     }
 }

@@ -2,7 +2,7 @@
 
 use crate::map_type::{self as mt, has};
 use crate::table::MappingTable;
-use crate::{info, DeviceCtx, Runtime};
+use crate::{info, DeviceCtx, MapName, Runtime};
 
 impl Runtime {
     /// LLVM's `present` message, then what would help fix it: the variable, its range and
@@ -13,7 +13,7 @@ impl Runtime {
         table: &MappingTable,
         hp: usize,
         size: usize,
-        name: usize,
+        name: MapName,
         motion: bool,
     ) {
         let what = if motion { "motion" } else { "map type" };
@@ -44,7 +44,7 @@ impl Runtime {
 }
 
 /// `'name' (file:line:col)` for a map-name string, for error messages.
-pub(super) fn described(name: usize) -> String {
+pub(super) fn described(name: MapName) -> String {
     match info::map_name(name).map(omp_format::SourceLocation::from_map_name) {
         Some(l) if l.is_known() => format!("'{}' ({l})", l.name),
         Some(l) => format!("'{}'", l.name),

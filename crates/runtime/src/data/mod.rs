@@ -19,6 +19,7 @@ mod update;
 pub use args::{MapArgs, MapperComponents};
 
 use crate::trace::Event;
+use crate::MapName;
 
 /// State carried across the entries of one construct.
 #[derive(Default)]
@@ -26,7 +27,7 @@ pub struct ConstructState {
     /// Entries (table keys) this construct created: ATTACH attaches only when one side is new.
     new_entries: Vec<usize>,
     /// ATTACH entries, deferred to the end of data-begin: (pointer address, pointee begin, type).
-    attaches: Vec<(usize, usize, i64, usize)>,
+    attaches: Vec<(usize, usize, i64, MapName)>,
     /// Host-to-device copies decided under the table lock, done after it is released.
     copies: Vec<PendingCopy>,
     /// Entries this construct marked as being mapped; cleared once its copies are done.
@@ -54,9 +55,9 @@ impl ConstructState {
 /// A copy to the device, decided while the table was locked.
 enum PendingCopy {
     /// Program memory named by a map clause.
-    Data { tgt: usize, host: usize, size: usize, name: usize },
+    Data { tgt: usize, host: usize, size: usize, name: MapName },
     /// A device pointer value (an attached pointer) to store at `tgt`.
-    Pointer { tgt: usize, value: usize, name: usize },
+    Pointer { tgt: usize, value: usize, name: MapName },
 }
 
 /// Where a pointer or object landed on the device.
@@ -80,7 +81,7 @@ struct Request {
     base: usize,
     padding: usize,
     size: usize,
-    name: usize,
+    name: MapName,
     ty: i64,
     update_ref: bool,
     copy_to: bool,

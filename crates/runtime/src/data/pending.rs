@@ -4,7 +4,7 @@
 use super::{ConstructState, PendingCopy};
 use crate::table::MappingTable;
 use crate::trace::Event;
-use crate::{DeviceCtx, Failed, Outcome, Runtime};
+use crate::{DeviceCtx, Failed, MapName, Outcome, Runtime};
 
 impl Runtime {
     /// Queues an event decided under the table lock, to be emitted after it is released; it
@@ -75,7 +75,14 @@ impl Runtime {
     ///
     /// # Safety
     /// `[host, host+size)` must be readable program memory for the duration of the call.
-    pub(crate) unsafe fn submit(&self, dev: &DeviceCtx, tgt: usize, host: usize, size: usize, name: usize) -> Outcome {
+    pub(crate) unsafe fn submit(
+        &self,
+        dev: &DeviceCtx,
+        tgt: usize,
+        host: usize,
+        size: usize,
+        name: MapName,
+    ) -> Outcome {
         // SAFETY: the caller's promise.
         unsafe { dev.submit_traced(self, tgt, host, size, name) }.map_err(|e| {
             e.report(format_args!("Copying data to device failed: {e}"));
@@ -93,7 +100,7 @@ impl Runtime {
         host: usize,
         tgt: usize,
         size: usize,
-        name: usize,
+        name: MapName,
     ) -> Outcome {
         // SAFETY: the caller's promise.
         unsafe { dev.retrieve_traced(self, host, tgt, size, name) }.map_err(|e| {

@@ -1,7 +1,7 @@
 //! Strided (non-contiguous) updates.
 
 use crate::map_type as mt;
-use crate::{info, DeviceCtx, Outcome, Runtime};
+use crate::{info, DeviceCtx, MapName, Outcome, Runtime};
 use omp_plugin::host_memory;
 
 impl Runtime {
@@ -13,7 +13,7 @@ impl Runtime {
         descs: usize,
         dims: usize,
         ty: i64,
-        name: usize,
+        name: MapName,
     ) -> Outcome {
         if dims == 0 {
             return Ok(());
@@ -59,7 +59,7 @@ pub(super) const MAX_DIMS: i64 = 64;
 
 /// Whether a map-name string's last array section has a stride other than 1
 /// (`a.p[0:n:2]`): the name is the only trace of it when the compiler dropped the stride.
-pub(super) fn strided_name(name: usize) -> bool {
+pub(super) fn strided_name(name: MapName) -> bool {
     let Some(s) = info::map_name(name) else { return false };
     let expr = omp_format::SourceLocation::from_map_name(s).name;
     let Some(body) = expr.strip_suffix(']') else { return false };

@@ -5,7 +5,7 @@ use crate::device::Allocation;
 use crate::map_type::{self as mt, has};
 use crate::table::{Lookup, MapEntry, MappingTable};
 use crate::trace::{Event, RcChange};
-use crate::{info, DeviceCtx, Failed, Runtime};
+use crate::{info, DeviceCtx, Failed, MapName, Runtime};
 
 impl Runtime {
     /// LLVM's getTargetPointer: find or create the device copy of one host range.
@@ -124,7 +124,7 @@ impl Runtime {
             // The copy brings host pointer values; put the attached device values back.
             if let Some(e) = tp.key.and_then(|k| t.get(k)) {
                 for s in e.shadows.iter().filter(|s| s.host_addr >= r.begin && s.host_addr < r.begin + r.size) {
-                    st.copies.push(PendingCopy::Pointer { tgt: s.tgt_addr, value: s.tgt_val, name: 0 });
+                    st.copies.push(PendingCopy::Pointer { tgt: s.tgt_addr, value: s.tgt_val, name: MapName::NONE });
                 }
             }
         }

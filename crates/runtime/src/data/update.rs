@@ -5,7 +5,7 @@ use super::strided::{strided_name, MAX_DIMS};
 use super::MapArgs;
 use crate::map_type::{self as mt, has};
 use crate::table::Lookup;
-use crate::{info, DeviceCtx, Failed, Outcome, Runtime};
+use crate::{info, DeviceCtx, Failed, MapName, Outcome, Runtime};
 use omp_plugin::host_memory;
 
 impl Runtime {
@@ -65,7 +65,7 @@ impl Runtime {
         begin: usize,
         size: usize,
         ty: i64,
-        name: usize,
+        name: MapName,
     ) -> Outcome {
         let table = self.lock_idle(dev, None, &[(begin, size)]);
         let Lookup::Contained(key) = table.lookup(begin, size) else {
@@ -85,7 +85,13 @@ impl Runtime {
             for s in &shadows {
                 // SAFETY: `s.tgt_val` is a field of a local copy, 8 readable bytes.
                 unsafe {
-                    self.submit(dev, s.tgt_addr, &s.tgt_val as *const usize as usize, std::mem::size_of::<usize>(), 0)
+                    self.submit(
+                        dev,
+                        s.tgt_addr,
+                        &s.tgt_val as *const usize as usize,
+                        std::mem::size_of::<usize>(),
+                        MapName::NONE,
+                    )
                 }?;
             }
         }

@@ -1,6 +1,7 @@
 //! Images loaded at a device's first use: kernels resolved, declare-target globals bound.
 
 use super::*;
+use crate::MapName;
 use omp_plugin::PluginError;
 use std::fmt;
 
@@ -121,7 +122,7 @@ impl Runtime {
             if e.is_requires() || e.addr == 0 {
                 continue;
             }
-            let Some(name) = info::map_name(e.name as usize) else { continue };
+            let Some(name) = info::map_name(crate::registry::entry_name(e)) else { continue };
             let Ok(cname) = CString::new(name) else { continue };
             if e.size == 0 {
                 match dev.backend.kernel(image, &cname) {
@@ -143,7 +144,7 @@ impl Runtime {
                 // The device global holds the device function's address.
                 let mut fnaddr = 0usize;
                 // SAFETY: `fnaddr` is a local, 8 writable bytes.
-                unsafe { self.retrieve(dev, &mut fnaddr as *mut usize as usize, tgt, 8, 0) }
+                unsafe { self.retrieve(dev, &mut fnaddr as *mut usize as usize, tgt, 8, MapName::NONE) }
                     .map_err(|_| LoadError::IndirectFunction(name.to_string()))?;
                 fnaddr
             } else {
@@ -154,7 +155,7 @@ impl Runtime {
                 // global, alive while its binary is registered.
                 unsafe { dev.backend.submit(tgt, host, size) }.map_err(LoadError::Global)?;
             }
-            globals.push((host, size, tgt, e.name as usize));
+            globals.push((host, size, tgt, crate::registry::entry_name(e)));
         }
         dev.kernels.write().extend(kernels);
         let mut table = dev.lock_table();

@@ -6,7 +6,7 @@ use super::DeviceCtx;
 use crate::memory_manager::MemoryManager;
 use crate::table::MapEntry;
 use crate::trace::{Direction, Event, Interval};
-use crate::{info, Loc, Runtime};
+use crate::{info, Loc, MapName, Runtime};
 use omp_plugin::{AllocKind, Fault, KernelId, LaunchConfig, PageAccess, PluginError};
 use std::fmt;
 
@@ -171,7 +171,7 @@ impl DeviceCtx {
         tgt: usize,
         host: usize,
         size: usize,
-        name: usize,
+        name: MapName,
     ) -> Result<(), DeviceError> {
         self.transfer(rt, Direction::ToDevice, host, tgt, size, name, || {
             // SAFETY: the caller's promise.
@@ -189,7 +189,7 @@ impl DeviceCtx {
         host: usize,
         tgt: usize,
         size: usize,
-        name: usize,
+        name: MapName,
     ) -> Result<(), DeviceError> {
         self.transfer(rt, Direction::FromDevice, host, tgt, size, name, || {
             // SAFETY: the caller's promise.
@@ -206,7 +206,7 @@ impl DeviceCtx {
         host: usize,
         tgt: usize,
         bytes: usize,
-        name: usize,
+        name: MapName,
         copy: impl FnOnce() -> R,
     ) -> R {
         if !rt.observing() {
