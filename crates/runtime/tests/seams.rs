@@ -4,7 +4,7 @@
 use omp_plugin::mock::MockDevice;
 use omp_runtime::data::ConstructState;
 use omp_runtime::map_type::*;
-use omp_runtime::trace::{Event, Observer};
+use omp_runtime::trace::{Event, EventCx, Interest, Kinds, Observer};
 use omp_runtime::{Config, Loc, MapArgs, Runtime};
 use std::sync::{Arc, Mutex};
 
@@ -77,7 +77,11 @@ fn the_same_data_is_copied_once_and_nobody_sees_it_early() {
 struct Recorder(Mutex<Vec<String>>);
 
 impl Observer for Recorder {
-    fn event(&self, ev: &Event) {
+    fn interest(&self) -> Interest {
+        Interest { kinds: Kinds::ALL, ..Interest::NONE }
+    }
+
+    fn event(&self, ev: &Event, _cx: &EventCx) {
         let name = match ev {
             Event::Construct { begin: true, .. } => "construct-begin",
             Event::Construct { begin: false, .. } => "construct-end",
@@ -99,8 +103,12 @@ impl Observer for Recorder {
 struct Shared(Arc<Recorder>);
 
 impl Observer for Shared {
-    fn event(&self, ev: &Event) {
-        self.0.event(ev)
+    fn interest(&self) -> Interest {
+        self.0.interest()
+    }
+
+    fn event(&self, ev: &Event, cx: &EventCx) {
+        self.0.event(ev, cx)
     }
 }
 
