@@ -5,7 +5,7 @@
 use crate::data::{ConstructState, Directive, MapArgs};
 use crate::launch::{KernelLaunch, OFFLOAD_FAIL, OFFLOAD_SUCCESS};
 use crate::trace::{self, Event, TargetKind};
-use crate::{info, DeviceCtx, Loc, Runtime, Target};
+use crate::{info, DeviceCtx, Failed, Loc, Runtime, Target};
 
 impl Runtime {
     /// `__tgt_target_kernel`.
@@ -13,8 +13,9 @@ impl Runtime {
         let dev = match self.check_device(device_id, loc) {
             Ok(Target::Device(d)) => d,
             Ok(Target::Host) => return OFFLOAD_FAIL,
-            Err(f) => {
-                self.handle_outcome(Err(f), loc);
+            Err(e) => {
+                e.report();
+                self.handle_outcome(Err(Failed), loc);
                 return OFFLOAD_FAIL;
             }
         };
@@ -66,7 +67,10 @@ impl Runtime {
         let dev = match self.check_device(device_id, loc) {
             Ok(crate::Target::Device(d)) => d,
             Ok(crate::Target::Host) => return,
-            Err(f) => return self.handle_outcome(Err(f), loc),
+            Err(e) => {
+                e.report();
+                return self.handle_outcome(Err(Failed), loc);
+            }
         };
         let region = match (which, nowait) {
             (Directive::Begin, false) => "Entering OpenMP data region with being_mapper",

@@ -17,6 +17,7 @@ pub mod map_type;
 pub mod memory_manager;
 pub mod profile;
 pub mod registry;
+pub mod select;
 pub mod table;
 pub mod trace;
 
@@ -26,6 +27,7 @@ pub use device::DeviceCtx;
 pub use info::{Loc, MapName};
 pub use launch::KernelLaunch;
 pub use registry::{BinaryImage, Descriptor};
+pub use select::SelectError;
 
 use omp_plugin::Plugin;
 use omp_sync::RwLock;
@@ -239,58 +241,6 @@ impl Runtime {
         } else {
             id
         }
-    }
-
-    /// LLVM's `checkDeviceAndCtors`: decides where a construct runs and loads the device's
-    /// images on first use.
-    pub fn check_device(&self, device_id: i64, loc: Loc) -> Result<Target, Failed> {
-        if self.policy() == Policy::Disabled {
-            return Ok(Target::Host);
-        }
-        let id = self.resolve_device(device_id);
-        let n = self.num_devices();
-        if n == 0 {
-            info::error(format_args!("No devices available for the target construct"));
-            self.explain_unavailable(id);
-            return Err(Failed);
-        }
-        // A number at or past the host's names a device of a backend that is missing (a
-        // remote server that is down): under MANDATORY that is an error that says why, not
-        // a silent run on the host.
-        if id >= i64::from(n) && self.host.target_offload() == 2 && self.explain_unavailable(id) {
-            return Err(Failed);
-        }
-        if id == i64::from(n) {
-            return Ok(Target::Host);
-        }
-        let Some(dev) = i32::try_from(id).ok().and_then(|i| self.device(i)) else {
-            let l = loc.parse();
-            let at = if l.is_known() { format!("{l}: ") } else { String::new() };
-            info::error(format_args!(
-                "{at}Device number '{id}' out of range, only {n} devices available (valid numbers are 0..{}, and {n} for the host)",
-                n - 1
-            ));
-            return Err(Failed);
-        };
-        if dev.lost().is_some() {
-            // Reported when it happened; every later construct just fails.
-            return Err(Failed);
-        }
-        if let Err(e) = self.ensure_loaded(&dev) {
-            info::error(format_args!("Failed to init globals on device {}: {e}", dev.id));
-            return Err(Failed);
-        }
-        Ok(Target::Device(dev))
-    }
-
-    /// Reports, for device number `id`, every configured backend whose devices are missing
-    /// and why; false when none is.
-    fn explain_unavailable(&self, id: i64) -> bool {
-        let reasons: Vec<String> = self.plugins.iter().filter_map(|p| p.unavailable()).collect();
-        for why in &reasons {
-            info::error(format_args!("Device number '{id}' is not available: {why}"));
-        }
-        !reasons.is_empty()
     }
 
     /// LLVM's `handleTargetOutcome`: under MANDATORY a failure ends the program with the
