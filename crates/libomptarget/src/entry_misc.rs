@@ -48,7 +48,7 @@ pub extern "C" fn __tgt_register_requires(_flags: i64) {
 
 #[no_mangle]
 pub extern "C" fn __tgt_set_info_flag(flags: u32) {
-    guard("__tgt_set_info_flag", (), || rt().config.set_info(flags))
+    guard("__tgt_set_info_flag", (), || rt().set_info_flag(flags))
 }
 
 #[no_mangle]

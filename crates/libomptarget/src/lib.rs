@@ -30,8 +30,12 @@ pub(crate) fn rt() -> &'static Runtime {
     static CONNECT: std::sync::Once = std::sync::Once::new();
     if !CONNECT.is_completed() && !CONNECTING.with(|c| c.replace(true)) {
         CONNECT.call_once(|| {
-            rt.set_observers(ompt::connect().into_iter().collect());
-            if rt.profiling() {
+            // The composition's observers, after INFO output and the profile: an OMPT tool,
+            // then the mapping checker (LIBOMPTARGET_CHECK), which wraps each device as it
+            // opens (devices open at the first registration, which comes through here).
+            let observers = ompt::connect().into_iter().chain(omp_check::observer(rt.config.check)).collect();
+            rt.set_observers(observers);
+            if rt.finishes_at_exit() {
                 // Registered after the program's own unregistration handler, so it runs
                 // after it: the profile then holds everything.
                 // SAFETY: atexit takes a plain `extern "C" fn()`.

@@ -1,7 +1,7 @@
 //! OMPT device tracing: connect to libomp's tool interface, as LLVM's runtime does, and
 //! forward the runtime's events to the callbacks the tool registered.
 
-use omp_runtime::trace::{self, Direction, Event, Observer, TargetKind};
+use omp_runtime::trace::{self, Direction, Event, EventCx, EventKind, Interest, Kinds, Observer, TargetKind};
 use std::ffi::{c_char, c_void};
 use std::sync::OnceLock;
 
@@ -100,7 +100,16 @@ const OP_FROM_DEVICE: i32 = 3;
 const OP_DELETE: i32 = 4;
 
 impl Observer for OmptObserver {
-    fn event(&self, ev: &Event) {
+    /// The events OMPT has callbacks for; no intervals (the tool times what it wants).
+    fn interest(&self) -> Interest {
+        use EventKind::*;
+        Interest {
+            kinds: Kinds::of(&[DeviceInit, ImageLoaded, Construct, Alloc, Free, Transfer, Kernel]),
+            ..Interest::NONE
+        }
+    }
+
+    fn event(&self, ev: &Event, _cx: &EventCx) {
         let host = || crate::rt().initial_device();
         match *ev {
             Event::DeviceInit { device } => device_init(device),

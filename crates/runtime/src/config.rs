@@ -185,8 +185,9 @@ impl Config {
         self.info.clone()
     }
 
-    /// `__tgt_set_info_flag`.
-    pub fn set_info(&self, v: u32) {
+    /// `__tgt_set_info_flag` (through [`crate::Runtime::set_info_flag`], which tells the
+    /// observers).
+    pub(crate) fn set_info(&self, v: u32) {
         self.info.store(v, Ordering::Relaxed)
     }
 }

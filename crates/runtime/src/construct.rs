@@ -5,7 +5,7 @@
 use crate::data::{ConstructState, Directive, MapArgs};
 use crate::launch::{KernelLaunch, OFFLOAD_FAIL, OFFLOAD_SUCCESS};
 use crate::trace::{self, Event, TargetKind};
-use crate::{info, DeviceCtx, Loc, Runtime, Target};
+use crate::{info, DeviceCtx, Failed, Loc, Runtime, Target};
 
 impl Runtime {
     /// `__tgt_target_kernel`.
@@ -13,15 +13,15 @@ impl Runtime {
         let dev = match self.check_device(device_id, loc) {
             Ok(Target::Device(d)) => d,
             Ok(Target::Host) => return OFFLOAD_FAIL,
-            Err(f) => {
-                self.handle_outcome(Err(f), loc);
+            Err(e) => {
+                e.report();
+                self.handle_outcome(Err(Failed), loc);
                 return OFFLOAD_FAIL;
             }
         };
-        if self.observing() {
-            self.announce_args(dev.id, "Entering OpenMP kernel", loc, &launch.args);
-        }
-        let outcome = self.construct(TargetKind::Target, dev.id, loc, || self.target(&dev, loc, host_ptr, launch));
+        let scope = self.enter_construct(TargetKind::Target, dev.id, loc, "Entering OpenMP kernel", &launch.args);
+        let outcome = self.target(&dev, loc, host_ptr, launch);
+        self.leave_construct(scope);
         if outcome.is_err() {
             info::error(format_args!("Executing target region abort target."));
         }
@@ -30,21 +30,35 @@ impl Runtime {
         OFFLOAD_SUCCESS
     }
 
-    /// Runs a construct between its begin and end events.
-    fn construct<R>(&self, kind: trace::TargetKind, device: i32, loc: Loc, f: impl FnOnce() -> R) -> R {
+    /// Enters a construct: gives it an id, then announces its map arguments and its begin,
+    /// so that every event of the construct, its arguments included, belongs to its id
+    /// ([`trace::EventCx::construct`]). `None` when nobody observes.
+    fn enter_construct(
+        &self,
+        kind: TargetKind,
+        device: i32,
+        loc: Loc,
+        region: &str,
+        args: &MapArgs,
+    ) -> Option<ConstructScope> {
         if !self.observing() {
-            return f();
+            return None;
         }
         let target_id = trace::next_id();
         let codeptr = trace::return_address();
         let prev = trace::enter_construct(target_id, codeptr);
-        self.emit(&trace::Event::Construct { kind, begin: true, device, loc, target_id, codeptr, time: None });
+        self.announce_args(device, region, loc, args);
+        self.emit(&Event::Construct { kind, begin: true, device, loc, target_id, codeptr, time: None });
         let start = self.start_timer();
-        let r = f();
+        Some(ConstructScope { kind, device, loc, target_id, codeptr, prev, start })
+    }
+
+    /// Leaves a construct with its end event.
+    fn leave_construct(&self, scope: Option<ConstructScope>) {
+        let Some(ConstructScope { kind, device, loc, target_id, codeptr, prev, start }) = scope else { return };
         let time = Self::stop_timer(start);
-        self.emit(&trace::Event::Construct { kind, begin: false, device, loc, target_id, codeptr, time });
+        self.emit(&Event::Construct { kind, begin: false, device, loc, target_id, codeptr, time });
         trace::leave_construct(prev);
-        r
     }
 
     /// A data directive (`target data` begin/end, `enter`/`exit data`, `update`), including
@@ -53,29 +67,31 @@ impl Runtime {
         let dev = match self.check_device(device_id, loc) {
             Ok(crate::Target::Device(d)) => d,
             Ok(crate::Target::Host) => return,
-            Err(f) => return self.handle_outcome(Err(f), loc),
+            Err(e) => {
+                e.report();
+                return self.handle_outcome(Err(Failed), loc);
+            }
         };
-        if self.observing() {
-            let region = match (which, nowait) {
-                (Directive::Begin, false) => "Entering OpenMP data region with being_mapper",
-                (Directive::Begin, true) => "Entering OpenMP data region with being_nowait_mapper",
-                (Directive::End, false) => "Exiting OpenMP data region with end_mapper",
-                (Directive::End, true) => "Exiting OpenMP data region with end_nowait_mapper",
-                (Directive::Update, false) => "Updating data within the OpenMP data region with update_mapper",
-                (Directive::Update, true) => "Updating data within the OpenMP data region with update_nowait_mapper",
-            };
-            self.announce_args(dev.id, region, loc, args);
-        }
+        let region = match (which, nowait) {
+            (Directive::Begin, false) => "Entering OpenMP data region with being_mapper",
+            (Directive::Begin, true) => "Entering OpenMP data region with being_nowait_mapper",
+            (Directive::End, false) => "Exiting OpenMP data region with end_mapper",
+            (Directive::End, true) => "Exiting OpenMP data region with end_nowait_mapper",
+            (Directive::Update, false) => "Updating data within the OpenMP data region with update_mapper",
+            (Directive::Update, true) => "Updating data within the OpenMP data region with update_nowait_mapper",
+        };
         let kind = match which {
             Directive::Begin => TargetKind::EnterData,
             Directive::End => TargetKind::ExitData,
             Directive::Update => TargetKind::Update,
         };
-        let outcome = self.construct(kind, dev.id, loc, || match which {
+        let scope = self.enter_construct(kind, dev.id, loc, region, args);
+        let outcome = match which {
             Directive::Begin => self.data_begin(&dev, args, false, &mut ConstructState::default()),
             Directive::End => self.data_end(&dev, args, false),
             Directive::Update => self.data_update(&dev, args),
-        });
+        };
+        self.leave_construct(scope);
         if outcome.is_err() {
             let what = match which {
                 Directive::Begin => "targetDataBegin",
@@ -110,7 +126,18 @@ impl Runtime {
     }
 
     /// The construct's map arguments, as the compiler passed them (INFO 0x1 prints them).
-    pub(crate) fn announce_args(&self, device: i32, region: &str, loc: Loc, args: &MapArgs) {
+    fn announce_args(&self, device: i32, region: &str, loc: Loc, args: &MapArgs) {
         self.emit(&Event::Arguments { device, region, loc, types: args.types, sizes: args.sizes, names: args.names });
     }
+}
+
+/// A construct entered while observers listen: what its end event needs.
+struct ConstructScope {
+    kind: TargetKind,
+    device: i32,
+    loc: Loc,
+    target_id: u64,
+    codeptr: usize,
+    prev: (u64, usize),
+    start: Option<std::time::Instant>,
 }

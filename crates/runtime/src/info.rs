@@ -2,7 +2,7 @@
 
 use crate::config::info_bits;
 use crate::table::{MapEntry, MappingTable, INF};
-use crate::trace::{Direction, Event, Observer, RcChange};
+use crate::trace::{Direction, Event, EventCx, Interest, Kinds, Observer, RcChange};
 use omp_format::SourceLocation;
 use omp_plugin::host_memory;
 use std::fmt::Write as _;
@@ -206,7 +206,16 @@ fn rc_suffix(change: RcChange) -> &'static str {
 }
 
 impl Observer for InfoObserver {
-    fn event(&self, ev: &Event) {
+    /// Every event while some INFO bit is set; nothing otherwise.
+    fn interest(&self) -> Interest {
+        if self.bits.load(std::sync::atomic::Ordering::Relaxed) == 0 {
+            Interest::NONE
+        } else {
+            Interest { kinds: Kinds::ALL, ..Interest::NONE }
+        }
+    }
+
+    fn event(&self, ev: &Event, _cx: &EventCx) {
         let bits = self.bits.load(std::sync::atomic::Ordering::Relaxed);
         if bits == 0 {
             return;

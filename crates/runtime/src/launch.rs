@@ -100,7 +100,7 @@ impl Runtime {
             };
             // SAFETY: `kernel` was resolved on this device from the image's offload entry, and
             // `tgt_args` are what the compiler's argument arrays map to on this device.
-            unsafe { dev.launch(self, kernel, tgt_args, &config, &name, loc, kernel_event) }.map_err(|e| {
+            unsafe { dev.launch(self, kernel, tgt_args, &config, kernel_event) }.map_err(|e| {
                 let name = self.kernel_name(host_ptr).unwrap_or_default();
                 let l = loc.parse();
                 e.report_while(

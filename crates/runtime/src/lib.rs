@@ -6,7 +6,6 @@
 //! this crate calls down into [`omp_plugin`] devices.
 
 pub mod api;
-pub mod check;
 pub mod compose;
 pub mod config;
 pub mod construct;
@@ -18,6 +17,7 @@ pub mod map_type;
 pub mod memory_manager;
 pub mod profile;
 pub mod registry;
+pub mod select;
 pub mod table;
 pub mod trace;
 
@@ -27,13 +27,13 @@ pub use device::DeviceCtx;
 pub use info::{Loc, MapName};
 pub use launch::KernelLaunch;
 pub use registry::{BinaryImage, Descriptor};
+pub use select::SelectError;
 
 use omp_plugin::Plugin;
 use omp_sync::RwLock;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Instant;
-use trace::Observer as _;
 
 /// What the runtime needs from libomp and from the program's code.
 pub trait OpenMpHost: Send + Sync {
@@ -87,18 +87,14 @@ pub struct Runtime {
     /// Only clang 19 binaries are registered (see `clang19_programs_only`).
     pub(crate) legacy_only: AtomicBool,
     policy: OnceLock<Policy>,
-    /// INFO output, an observer of events.
-    info_observer: info::InfoObserver,
-    /// The profile, an observer of events (when asked for).
-    profiler: Option<profile::Profiler>,
-    /// Set once, after start-up (tools connect through libomp, which may call back into us).
-    observers: OnceLock<Vec<Box<dyn trace::Observer>>>,
+    /// INFO output and the profile, then the composition's observers (OMPT tools, the
+    /// checker), installed once after start-up (tools connect through libomp, which may
+    /// call back into us).
+    observers: trace::Observers,
     /// Blocks handed out by `omp_target_alloc` and friends.
     pub(crate) api_allocs: api::Allocations,
     /// Kernel launches in progress (unregistration does not unload an image under them).
     pub(crate) in_flight: launch::InFlight,
-    /// The mapping checker and data-movement advisor (`LIBOMPTARGET_CHECK`).
-    pub(crate) checker: Option<check::Checker>,
 }
 
 /// Where a construct should run.
@@ -121,47 +117,59 @@ impl Runtime {
             usm: AtomicBool::new(false),
             legacy_only: AtomicBool::new(false),
             policy: OnceLock::new(),
-            observers: OnceLock::new(),
-            info_observer: info::InfoObserver::new(config.info_bits()),
-            profiler: profile::Profiler::new(config.profile.clone(), config.profile_summary),
+            observers: trace::Observers::new(Self::builtin_observers(&config)),
             api_allocs: api::Allocations::default(),
             in_flight: launch::InFlight::default(),
-            checker: check::Checker::new(config.check),
             config,
         }
     }
 
-    /// Whether a profile is being recorded (the ABI layer then arranges [`Runtime::finish`]).
-    pub fn profiling(&self) -> bool {
-        self.profiler.is_some()
-    }
-
-    /// Writes the profile file and summary (idempotent). Called at exit and before aborts.
-    pub fn finish(&self) {
-        if let Some(p) = &self.profiler {
-            p.finish();
+    /// INFO output (always there, idle while no INFO bit is set) and the profile (when
+    /// asked for).
+    fn builtin_observers(config: &Config) -> Vec<Box<dyn trace::Observer>> {
+        let mut v: Vec<Box<dyn trace::Observer>> = vec![Box::new(info::InfoObserver::new(config.info_bits()))];
+        if let Some(p) = profile::Profiler::new(config.profile.clone(), config.profile_summary) {
+            v.push(Box::new(p));
         }
+        v
     }
 
-    /// Installs further observers (OMPT tools, checkers); only the first call counts.
+    /// Whether an observer has work at exit (the profile): the ABI layer then arranges
+    /// [`Runtime::finish`].
+    pub fn finishes_at_exit(&self) -> bool {
+        self.observers.at_exit()
+    }
+
+    /// Lets every observer finish at process exit (idempotent). Called at exit and before
+    /// aborts.
+    pub fn finish(&self) {
+        self.observers.finish(trace::End::Exit);
+    }
+
+    /// Installs the composition's observers (OMPT tools, the checker), after INFO output
+    /// and the profile; only the first call counts. Devices opened later are offered to
+    /// each ([`trace::Observer::wrap_device`]).
     pub fn set_observers(&self, observers: Vec<Box<dyn trace::Observer>>) {
-        let _ = self.observers.set(observers);
+        self.observers.install(observers);
     }
 
-    /// Whether anyone listens to events: INFO bits, the profile, or installed observers.
-    /// Events that cost something to build are only built when this is true.
+    /// `__tgt_set_info_flag`: new INFO bits, and so perhaps new interests.
+    pub fn set_info_flag(&self, bits: u32) {
+        self.config.set_info(bits);
+        self.observers.refresh();
+    }
+
+    /// Whether anyone listens to events. Events that cost something to build are only
+    /// built when this is true.
     #[inline]
     pub(crate) fn observing(&self) -> bool {
-        self.config.info() != 0
-            || self.profiler.is_some()
-            || self.checker.is_some()
-            || self.observers.get().is_some_and(|o| !o.is_empty())
+        self.observers.observing()
     }
 
-    /// The start of an operation whose duration an observer wants (the profile), else `None`.
+    /// The start of an operation whose duration an observer wants, else `None`.
     #[inline]
     pub(crate) fn start_timer(&self) -> Option<Instant> {
-        (self.profiler.is_some() || self.checker.is_some()).then(Instant::now)
+        self.observers.timing().then(Instant::now)
     }
 
     /// The interval from `start_timer` until now.
@@ -170,25 +178,10 @@ impl Runtime {
         start.map(|start| trace::Interval { start, end: Instant::now() })
     }
 
-    /// Hands an event to every observer, in order: INFO output, the profile, the rest.
-    /// Callers emit after releasing the runtime's locks.
+    /// Hands an event to every observer that wants it, in order: INFO output, the profile,
+    /// the composition's. Callers emit after releasing the runtime's locks.
     pub(crate) fn emit(&self, ev: &trace::Event) {
-        self.info_observer.event(ev);
-        if let Some(p) = &self.profiler {
-            p.event(ev);
-        }
-        if let Some(obs) = self.observers.get() {
-            for o in obs {
-                o.event(ev);
-            }
-        }
-        if let Some(c) = &self.checker {
-            let dev = match *ev {
-                trace::Event::Transfer { device, .. } | trace::Event::MapRemoved { device, .. } => self.device(device),
-                _ => None,
-            };
-            c.event(ev, dev.as_deref());
-        }
+        self.observers.emit(ev, &trace::EventCx::new(self));
     }
 
     /// `omp_get_num_devices()`.
@@ -248,58 +241,6 @@ impl Runtime {
         } else {
             id
         }
-    }
-
-    /// LLVM's `checkDeviceAndCtors`: decides where a construct runs and loads the device's
-    /// images on first use.
-    pub fn check_device(&self, device_id: i64, loc: Loc) -> Result<Target, Failed> {
-        if self.policy() == Policy::Disabled {
-            return Ok(Target::Host);
-        }
-        let id = self.resolve_device(device_id);
-        let n = self.num_devices();
-        if n == 0 {
-            info::error(format_args!("No devices available for the target construct"));
-            self.explain_unavailable(id);
-            return Err(Failed);
-        }
-        // A number at or past the host's names a device of a backend that is missing (a
-        // remote server that is down): under MANDATORY that is an error that says why, not
-        // a silent run on the host.
-        if id >= i64::from(n) && self.host.target_offload() == 2 && self.explain_unavailable(id) {
-            return Err(Failed);
-        }
-        if id == i64::from(n) {
-            return Ok(Target::Host);
-        }
-        let Some(dev) = i32::try_from(id).ok().and_then(|i| self.device(i)) else {
-            let l = loc.parse();
-            let at = if l.is_known() { format!("{l}: ") } else { String::new() };
-            info::error(format_args!(
-                "{at}Device number '{id}' out of range, only {n} devices available (valid numbers are 0..{}, and {n} for the host)",
-                n - 1
-            ));
-            return Err(Failed);
-        };
-        if dev.lost().is_some() {
-            // Reported when it happened; every later construct just fails.
-            return Err(Failed);
-        }
-        if let Err(e) = self.ensure_loaded(&dev) {
-            info::error(format_args!("Failed to init globals on device {}: {e}", dev.id));
-            return Err(Failed);
-        }
-        Ok(Target::Device(dev))
-    }
-
-    /// Reports, for device number `id`, every configured backend whose devices are missing
-    /// and why; false when none is.
-    fn explain_unavailable(&self, id: i64) -> bool {
-        let reasons: Vec<String> = self.plugins.iter().filter_map(|p| p.unavailable()).collect();
-        for why in &reasons {
-            info::error(format_args!("Device number '{id}' is not available: {why}"));
-        }
-        !reasons.is_empty()
     }
 
     /// LLVM's `handleTargetOutcome`: under MANDATORY a failure ends the program with the

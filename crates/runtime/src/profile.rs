@@ -4,7 +4,7 @@
 //! The file is written once, at exit or before a mandatory-offload abort, and is always
 //! complete JSON.
 
-use crate::trace::{Direction, Event, Observer, TargetKind};
+use crate::trace::{Direction, End, Event, EventCx, EventKind, Interest, Kinds, Observer, TargetKind};
 use omp_sync::Mutex;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -253,7 +253,23 @@ impl Profiler {
 
 /// The profile as an observer: a span for every event that has a duration.
 impl Observer for Profiler {
-    fn event(&self, ev: &Event) {
+    /// The events that have a duration, with their intervals; the file and summary at exit.
+    fn interest(&self) -> Interest {
+        use EventKind::*;
+        Interest {
+            kinds: Kinds::of(&[BinaryRegistered, ImageLoaded, Construct, Alloc, Free, Transfer, Kernel]),
+            timing: true,
+            at_exit: true,
+        }
+    }
+
+    fn finish(&self, end: End) {
+        if end == End::Exit {
+            Profiler::finish(self);
+        }
+    }
+
+    fn event(&self, ev: &Event, _cx: &EventCx) {
         let var = crate::info::var_name;
         let (span, time) = match *ev {
             Event::BinaryRegistered { time: Some(t) } => {

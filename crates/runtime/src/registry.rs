@@ -273,9 +273,7 @@ impl Runtime {
         }
         self.generation.fetch_add(1, Ordering::AcqRel);
         if last {
-            if let Some(c) = &self.checker {
-                c.at_exit();
-            }
+            self.observers.finish(crate::trace::End::LastUnregistration);
             static LOC: &std::ffi::CStr = c";libomptarget;libomptarget;0;0;;";
             self.announce_tables(crate::Loc::from_static(LOC), true);
         }
@@ -296,10 +294,21 @@ impl Runtime {
                 Err(e) => info::error(format_args!("Failed to open device {index} of plugin {}: {e}", p.name())),
             }
         }
+        // Only this function appends, under `opening`: the numbers are known before the
+        // list is locked, and observers wrap each device (a checker's decorator) unlocked.
+        let first = self.devices.read().len();
+        let opened: Vec<_> = opened
+            .into_iter()
+            .enumerate()
+            .map(|(k, (index, dev))| {
+                let id = (first + k) as i32;
+                (id, index, self.observers.wrap_device(id, dev))
+            })
+            .collect();
         let mut ids = Vec::new();
         let mut devices = self.devices.write();
-        for (index, dev) in opened {
-            let id = devices.len() as i32;
+        for (id, index, dev) in opened {
+            debug_assert_eq!(devices.len() as i32, id);
             devices.push(Arc::new(crate::DeviceCtx::new(id, plugin, dev, self.config.mm_threshold)));
             ids.push((id, index));
         }

@@ -1,10 +1,15 @@
 //! The runtime's structured events and their observers: INFO output, the profile, OMPT
-//! tools (through the ABI layer), and checkers to come. With no observer, each event costs
-//! one branch.
+//! tools (through the ABI layer), the mapping checker and advisor (`omp-check`). Every
+//! observer is the same kind of thing: it says what it wants ([`Observer::interest`]),
+//! hears each event with a context that can read device memory ([`EventCx`]), may wrap each
+//! device as it opens ([`Observer::wrap_device`]), and finishes at exit
+//! ([`Observer::finish`]). With no observer, each event costs one branch.
 
-use crate::{Loc, MapName};
+use crate::{Loc, MapName, Runtime};
+use omp_plugin::Device;
 use std::cell::Cell;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::OnceLock;
 use std::time::Instant;
 
 /// OMPT's `ompt_target_t`.
@@ -179,9 +184,268 @@ impl std::fmt::Debug for Lazy<'_> {
     }
 }
 
-/// Something that wants to hear about the runtime's work.
+impl Event<'_> {
+    /// Which kind of event this is (what [`Interest::kinds`] selects).
+    pub fn kind(&self) -> EventKind {
+        match self {
+            Event::DeviceInit { .. } => EventKind::DeviceInit,
+            Event::BinaryRegistered { .. } => EventKind::BinaryRegistered,
+            Event::ImageLoaded { .. } => EventKind::ImageLoaded,
+            Event::Construct { .. } => EventKind::Construct,
+            Event::Arguments { .. } => EventKind::Arguments,
+            Event::MapCreated { .. } => EventKind::MapCreated,
+            Event::MapReused { .. } => EventKind::MapReused,
+            Event::MapReleased { .. } => EventKind::MapReleased,
+            Event::MapRemoved { .. } => EventKind::MapRemoved,
+            Event::MapUsm { .. } => EventKind::MapUsm,
+            Event::NoCounterpart { .. } => EventKind::NoCounterpart,
+            Event::Alloc { .. } => EventKind::Alloc,
+            Event::Free { .. } => EventKind::Free,
+            Event::Transfer { .. } => EventKind::Transfer,
+            Event::Kernel { .. } => EventKind::Kernel,
+            Event::UnmappedPointer { .. } => EventKind::UnmappedPointer,
+            Event::Api { .. } => EventKind::Api,
+            Event::MappingTables { .. } => EventKind::MappingTables,
+        }
+    }
+}
+
+/// The kinds of [`Event`], one bit each in [`Kinds`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u32)]
+pub enum EventKind {
+    DeviceInit,
+    BinaryRegistered,
+    ImageLoaded,
+    Construct,
+    Arguments,
+    MapCreated,
+    MapReused,
+    MapReleased,
+    MapRemoved,
+    MapUsm,
+    NoCounterpart,
+    Alloc,
+    Free,
+    Transfer,
+    Kernel,
+    UnmappedPointer,
+    Api,
+    MappingTables,
+}
+
+/// A set of event kinds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Kinds(u32);
+
+impl Kinds {
+    pub const NONE: Kinds = Kinds(0);
+    pub const ALL: Kinds = Kinds(u32::MAX);
+
+    /// The set of these kinds.
+    pub const fn of(kinds: &[EventKind]) -> Kinds {
+        let mut bits = 0;
+        let mut i = 0;
+        while i < kinds.len() {
+            bits |= 1 << kinds[i] as u32;
+            i += 1;
+        }
+        Kinds(bits)
+    }
+
+    #[inline]
+    pub fn contains(self, kind: EventKind) -> bool {
+        self.0 & (1 << kind as u32) != 0
+    }
+
+    pub fn is_empty(self) -> bool {
+        self.0 == 0
+    }
+
+    const fn bits(self) -> u32 {
+        self.0
+    }
+}
+
+/// What an observer wants, said before any event is built (as a `tracing` subscriber's
+/// interest): the runtime builds no event nobody wants and measures no interval nobody reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Interest {
+    /// The event kinds it hears.
+    pub kinds: Kinds,
+    /// It reads the intervals of operations (`time`, `done`): the runtime measures them,
+    /// and emits the events that report an operation done.
+    pub timing: bool,
+    /// It has work for [`End::Exit`]: the ABI layer then arranges an exit handler.
+    pub at_exit: bool,
+}
+
+impl Interest {
+    /// Nothing: the observer is idle (INFO output with no bit set).
+    pub const NONE: Interest = Interest { kinds: Kinds::NONE, timing: false, at_exit: false };
+}
+
+/// The moments an observer finishes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum End {
+    /// The program's last binary unregistered: its offloading is over. The mapping checker
+    /// reports leaks and the advice here, before INFO's last table dump.
+    LastUnregistration,
+    /// The process is exiting or aborting (the profile writes its file and summary). May
+    /// come more than once; observers finish once.
+    Exit,
+}
+
+/// What an observer may ask while it hears an event.
+pub struct EventCx<'a> {
+    rt: &'a Runtime,
+}
+
+impl<'a> EventCx<'a> {
+    pub(crate) fn new(rt: &'a Runtime) -> Self {
+        Self { rt }
+    }
+
+    /// The construct the event belongs to: the `target_id` of its [`Event::Construct`]
+    /// (its [`Event::Arguments`] come after the id is made, just before the begin event),
+    /// or 0 outside constructs.
+    pub fn construct(&self) -> u64 {
+        current().0
+    }
+
+    /// Device `device`'s bytes `[addr, addr+len)`, copied through the device layer with no
+    /// event; `None` when the device or the read fails (the runtime's next operation on it
+    /// meets the failure and reports it).
+    ///
+    /// # Safety
+    /// `[addr, addr+len)` lies inside one allocation (or global) of that device, such as a
+    /// mapping whose `MapCreated` the observer heard and whose memory is not freed yet (a
+    /// `MapRemoved` comes before the free). On a device whose memory is this process's,
+    /// the read goes wherever the address points.
+    pub unsafe fn read_device(&self, device: i32, addr: usize, len: usize) -> Option<Vec<u8>> {
+        // SAFETY: the caller's promise.
+        unsafe { self.rt.device(device)?.read_for_observer(addr, len) }
+    }
+}
+
+/// Something that wants to hear about the runtime's work. Observers hear events after the
+/// runtime's locks are released, in the order they were installed: INFO output, the
+/// profile, then the composition's (OMPT tools, the checker).
 pub trait Observer: Send + Sync {
-    fn event(&self, ev: &Event);
+    /// What it wants. Read when the observer is installed and again when the runtime's
+    /// settings change ([`Runtime::set_info_flag`]).
+    fn interest(&self) -> Interest;
+    /// One event of a kind it wants.
+    fn event(&self, ev: &Event, cx: &EventCx);
+    /// The device `device` was opened: an observer may wrap it (a decorator that watches
+    /// what kernels touch). The default keeps it as it is.
+    fn wrap_device(&self, _device: i32, backend: Box<dyn Device>) -> Box<dyn Device> {
+        backend
+    }
+    /// The program or the process ends (see [`End`]).
+    fn finish(&self, _end: End) {}
+}
+
+/// An observer and the kinds it wants now.
+struct Installed {
+    observer: Box<dyn Observer>,
+    kinds: AtomicU32,
+}
+
+impl Installed {
+    fn new(observer: Box<dyn Observer>) -> Self {
+        let kinds = AtomicU32::new(observer.interest().kinds.bits());
+        Self { observer, kinds }
+    }
+}
+
+/// The observers and what they want, summed, so that the runtime's question "does anyone
+/// listen?" is one load.
+pub(crate) struct Observers {
+    /// INFO output and the profile, made from the configuration.
+    builtin: Vec<Installed>,
+    /// The composition's (OMPT tools, the checker), installed once after start-up.
+    installed: OnceLock<Vec<Installed>>,
+    /// Some observer wants some event.
+    observing: AtomicBool,
+    /// Some observer reads intervals.
+    timing: AtomicBool,
+}
+
+impl Observers {
+    pub(crate) fn new(builtin: Vec<Box<dyn Observer>>) -> Self {
+        let o = Self {
+            builtin: builtin.into_iter().map(Installed::new).collect(),
+            installed: OnceLock::new(),
+            observing: AtomicBool::new(false),
+            timing: AtomicBool::new(false),
+        };
+        o.refresh();
+        o
+    }
+
+    fn all(&self) -> impl Iterator<Item = &Installed> {
+        self.builtin.iter().chain(self.installed.get().into_iter().flatten())
+    }
+
+    /// Installs the composition's observers; only the first call counts.
+    pub(crate) fn install(&self, observers: Vec<Box<dyn Observer>>) {
+        if self.installed.set(observers.into_iter().map(Installed::new).collect()).is_ok() {
+            self.refresh();
+        }
+    }
+
+    /// Reads every observer's interest again (a setting changed).
+    pub(crate) fn refresh(&self) {
+        let (mut observing, mut timing) = (false, false);
+        for o in self.all() {
+            let i = o.observer.interest();
+            o.kinds.store(i.kinds.bits(), Ordering::Relaxed);
+            observing |= !i.kinds.is_empty();
+            timing |= i.timing;
+        }
+        self.observing.store(observing, Ordering::Relaxed);
+        self.timing.store(timing, Ordering::Relaxed);
+    }
+
+    #[inline]
+    pub(crate) fn observing(&self) -> bool {
+        self.observing.load(Ordering::Relaxed)
+    }
+
+    #[inline]
+    pub(crate) fn timing(&self) -> bool {
+        self.timing.load(Ordering::Relaxed)
+    }
+
+    /// Some observer has work at [`End::Exit`].
+    pub(crate) fn at_exit(&self) -> bool {
+        self.all().any(|o| o.observer.interest().at_exit)
+    }
+
+    /// Hands an event to every observer that wants its kind, in order.
+    pub(crate) fn emit(&self, ev: &Event, cx: &EventCx) {
+        let bit = 1 << ev.kind() as u32;
+        for o in self.all() {
+            if o.kinds.load(Ordering::Relaxed) & bit != 0 {
+                o.observer.event(ev, cx);
+            }
+        }
+    }
+
+    /// Lets every observer wrap a device as it opens.
+    pub(crate) fn wrap_device(&self, device: i32, mut backend: Box<dyn Device>) -> Box<dyn Device> {
+        for o in self.all() {
+            backend = o.observer.wrap_device(device, backend);
+        }
+        backend
+    }
+
+    pub(crate) fn finish(&self, end: End) {
+        for o in self.all() {
+            o.observer.finish(end);
+        }
+    }
 }
 
 thread_local! {

@@ -4,7 +4,7 @@
 use omp_plugin::mock::MockDevice;
 use omp_runtime::data::ConstructState;
 use omp_runtime::map_type::*;
-use omp_runtime::trace::{Event, Observer};
+use omp_runtime::trace::{Event, EventCx, Interest, Kinds, Observer};
 use omp_runtime::{Config, Loc, MapArgs, Runtime};
 use std::sync::{Arc, Mutex};
 
@@ -77,7 +77,11 @@ fn the_same_data_is_copied_once_and_nobody_sees_it_early() {
 struct Recorder(Mutex<Vec<String>>);
 
 impl Observer for Recorder {
-    fn event(&self, ev: &Event) {
+    fn interest(&self) -> Interest {
+        Interest { kinds: Kinds::ALL, ..Interest::NONE }
+    }
+
+    fn event(&self, ev: &Event, _cx: &EventCx) {
         let name = match ev {
             Event::Construct { begin: true, .. } => "construct-begin",
             Event::Construct { begin: false, .. } => "construct-end",
@@ -99,8 +103,12 @@ impl Observer for Recorder {
 struct Shared(Arc<Recorder>);
 
 impl Observer for Shared {
-    fn event(&self, ev: &Event) {
-        self.0.event(ev)
+    fn interest(&self) -> Interest {
+        self.0.interest()
+    }
+
+    fn event(&self, ev: &Event, cx: &EventCx) {
+        self.0.event(ev, cx)
     }
 }
 
@@ -150,7 +158,10 @@ fn a_lost_device_is_reported_once_and_not_used_again() {
     assert!(unsafe { map(&rt, other.as_ptr() as usize, 64, TO) }.is_err());
     let d = rt.device(0).expect("device 0");
     assert_eq!(d.lost(), Some("worker process exited (signal 9)"));
-    assert!(rt.check_device(0, Loc::NONE).is_err(), "a lost device runs no further construct");
+    assert!(
+        matches!(rt.check_device(0, Loc::NONE), Err(omp_runtime::SelectError::Lost { device: 0 })),
+        "a lost device runs no further construct"
+    );
     assert_eq!(rt.target_alloc(64, 0, omp_plugin::AllocKind::Default, "omp_target_alloc"), 0, "nor API call");
 }
 
@@ -166,7 +177,10 @@ fn a_device_memory_api_call_that_meets_a_lost_device_marks_it_lost() {
     let copied = unsafe { rt.memcpy(p, src.as_ptr() as usize, 64, 0, 0, 0, host) };
     assert_eq!(copied, omp_runtime::api::FAIL);
     assert_eq!(rt.device(0).expect("device 0").lost(), Some("worker process exited (signal 9)"));
-    assert!(rt.check_device(0, Loc::NONE).is_err(), "a lost device runs no further construct");
+    assert!(
+        matches!(rt.check_device(0, Loc::NONE), Err(omp_runtime::SelectError::Lost { device: 0 })),
+        "a lost device runs no further construct"
+    );
 }
 
 #[test]
@@ -202,4 +216,19 @@ fn an_indirect_function_that_cannot_be_read_is_a_load_error_value() {
     let dev = rt.device(0).expect("device 0");
     assert_eq!(rt.ensure_loaded(&dev), Err(LoadError::IndirectFunction("fp".into())));
     assert_eq!(dev.lost(), Some("worker process exited (signal 9)"), "the failed read found the device lost");
+}
+
+#[test]
+fn a_construct_that_names_no_device_gets_the_reason_as_a_value() {
+    let (rt, _dev) = runtime(Config::default());
+    let e = match rt.check_device(5, Loc::NONE) {
+        Err(e) => e,
+        Ok(_) => panic!("device 5 does not exist"),
+    };
+    assert_eq!(e, omp_runtime::SelectError::OutOfRange { id: 5, devices: 1, loc: None });
+    assert_eq!(
+        e.to_string(),
+        "Device number '5' out of range, only 1 devices available (valid numbers are 0..0, and 1 for the host)"
+    );
+    assert!(matches!(rt.check_device(1, Loc::NONE), Ok(omp_runtime::Target::Host)), "1 is the host");
 }

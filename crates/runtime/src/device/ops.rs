@@ -6,8 +6,8 @@ use super::DeviceCtx;
 use crate::memory_manager::MemoryManager;
 use crate::table::MapEntry;
 use crate::trace::{Direction, Event, Interval};
-use crate::{info, Loc, MapName, Runtime};
-use omp_plugin::{AllocKind, Fault, KernelId, LaunchConfig, PageAccess, PluginError};
+use crate::{info, MapName, Runtime};
+use omp_plugin::{AllocKind, KernelId, LaunchConfig, PluginError};
 use std::fmt;
 
 /// A device operation (for the lost-device line: what the device was doing).
@@ -251,31 +251,32 @@ impl DeviceCtx {
 
     /// Device bytes for an observer (the checker): no event, and a failure is the observer's
     /// own business (the next operation of the runtime meets it and reports it).
-    pub(crate) fn read_for_observer(&self, tgt: usize, len: usize) -> Option<Vec<u8>> {
+    ///
+    /// # Safety
+    /// `[tgt, tgt+len)` lies inside one allocation (or global) of this device.
+    pub(crate) unsafe fn read_for_observer(&self, tgt: usize, len: usize) -> Option<Vec<u8>> {
         let mut buf = Vec::new();
         buf.try_reserve_exact(len).ok()?;
         buf.resize(len, 0);
-        // SAFETY: `buf` is ours, `len` writable bytes.
+        // SAFETY: `buf` is ours, `len` writable bytes that nothing else uses; the device
+        // range is the caller's promise.
         unsafe { self.backend.retrieve(buf.as_mut_ptr() as usize, tgt, len) }.ok()?;
         Some(buf)
     }
 
     /// Runs a kernel between the `Kernel` events `event` builds (announced, then done with
-    /// its interval); the checker, when on, performs it. The caller names the kernel and
-    /// its place in the lost-device line ([`DeviceError::report_while`]).
+    /// its interval). The caller names the kernel and its place in the lost-device line
+    /// ([`DeviceError::report_while`]).
     ///
     /// # Safety
     /// As [`omp_plugin::Device::launch`]: `kernel` is this device's and `args` are what the
     /// kernel expects (device addresses of this device, or literals).
-    #[allow(clippy::too_many_arguments)]
     pub(crate) unsafe fn launch<'e>(
         &self,
         rt: &Runtime,
         kernel: KernelId,
         args: &[usize],
         config: &LaunchConfig,
-        name: &str,
-        loc: Loc,
         event: impl Fn(Option<Interval>) -> Event<'e>,
     ) -> Result<(), DeviceError> {
         if rt.observing() {
@@ -283,62 +284,11 @@ impl DeviceCtx {
         }
         let start = rt.start_timer();
         // SAFETY: the caller's promise, passed on.
-        let launched = unsafe {
-            match &rt.checker {
-                Some(c) => c.launch(self, kernel, args, config, name, loc),
-                None => self.backend.launch(kernel, args, config),
-            }
-        };
+        let launched = unsafe { self.backend.launch(kernel, args, config) };
         if let Some(t) = Runtime::stop_timer(start) {
             rt.emit(&event(Some(t)));
         }
         self.check(launched, DeviceOp::Launch)
-    }
-
-    /// Whether the device can say which watched pages a kernel read and wrote (the checker).
-    pub(crate) fn tracks_accesses(&self) -> bool {
-        self.backend.access_tracking().is_some()
-    }
-
-    /// The checker's launch on a device that does not track accesses: the backend's own.
-    /// Called only inside [`DeviceCtx::launch`], which does the bookkeeping.
-    ///
-    /// # Safety
-    /// As [`DeviceCtx::launch`].
-    pub(crate) unsafe fn launch_untracked(
-        &self,
-        kernel: KernelId,
-        args: &[usize],
-        config: &LaunchConfig,
-    ) -> omp_plugin::Result<()> {
-        // SAFETY: the caller's promise.
-        unsafe { self.backend.launch(kernel, args, config) }
-    }
-
-    /// The checker's launch with `watch` pages tracked. Called only inside
-    /// [`DeviceCtx::launch`], which does the bookkeeping. A device without the tracking
-    /// capability launches plainly and reports no accesses.
-    ///
-    /// # Safety
-    /// As [`DeviceCtx::launch`].
-    pub(crate) unsafe fn launch_tracked(
-        &self,
-        kernel: KernelId,
-        args: &[usize],
-        config: &LaunchConfig,
-        watch: &[(usize, usize)],
-    ) -> omp_plugin::Result<Vec<PageAccess>> {
-        match self.backend.access_tracking() {
-            // SAFETY: the caller's promise.
-            Some(t) => unsafe { t.launch_tracked(kernel, args, config, watch) },
-            // SAFETY: the caller's promise.
-            None => unsafe { self.backend.launch(kernel, args, config) }.map(|()| Vec::new()),
-        }
-    }
-
-    /// The access that stopped the last kernel, on a device that can tell.
-    pub(crate) fn last_fault(&self) -> Option<Fault> {
-        self.backend.access_tracking().and_then(|t| t.last_fault())
     }
 
     /// Whether a kernel on this device can reach `[ptr, ptr+size)` of the program's memory.

@@ -1,7 +1,6 @@
 //! A kernel stopped on an access it may not make: which mapping, and how to fix it.
 
 use super::*;
-use crate::MapName;
 use omp_plugin::{Fault, TRACK_PAGE};
 
 /// `OMP_MAP_IMPLICIT`.
@@ -9,13 +8,16 @@ const IMPLICIT: i64 = 0x200;
 
 impl Checker {
     /// A kernel stopped on an access it may not make.
-    pub(super) fn fault(&self, dev: &DeviceCtx, f: Fault, kernel: &str, loc: Loc) {
+    /// `kernel` of construct `construct`, launched at `loc` on `device`, stopped at `f`.
+    pub(super) fn fault(&self, device: i32, f: Fault, kernel: &str, loc: Loc, construct: u64) {
         let access = if f.write { "wrote" } else { "read" };
-        let names: Vec<MapName> = with_ctx(|c| c.map(|c| c.args.iter().map(|a| a.0).collect())).unwrap_or_default();
+        let names: Vec<MapName> =
+            self.with_ctx(construct, |c| c.map(|c| c.args.iter().map(|a| a.0).collect())).unwrap_or_default();
         let at = report::place_in(loc, report::file_of(&names), Some(kernel));
         let fix_dir = if f.write { "tofrom" } else { "to" };
         if !f.device_memory {
-            let (unmapped, args) = with_ctx(|c| c.map(|c| (c.unmapped.clone(), c.args.clone()))).unwrap_or_default();
+            let (unmapped, args) =
+                self.with_ctx(construct, |c| c.map(|c| (c.unmapped.clone(), c.args.clone()))).unwrap_or_default();
             let culprit = unmapped
                 .iter()
                 .filter(|(_, a)| *a <= f.addr && f.addr - *a < (1 << 30))
@@ -37,7 +39,7 @@ impl Checker {
                              not mapped on device {}; add `map({fix_dir}: {spelled}[0:N])` with N the number of elements \
                              the kernel uses{}",
                             f.addr,
-                            dev.id,
+                            device,
                             hint(true, &at)
                         ),
                     );
@@ -48,7 +50,7 @@ impl Checker {
                         "kernel {kernel} at {at} {access} host memory at 0x{:x}, which is not mapped on device {}: a pointer \
                          the kernel follows points to host data; map that data (`map({fix_dir}: p[0:N])`){}",
                         f.addr,
-                        dev.id,
+                        device,
                         hint(culprit.is_none(), &at)
                     ),
                 ),
@@ -59,7 +61,7 @@ impl Checker {
         // The nearest mapping: a guard page after one allocation lies before the next one's.
         let near = entries
             .values()
-            .filter(|e| e.device == dev.id && e.size > 0)
+            .filter(|e| e.device == device && e.size > 0)
             .filter_map(|e| {
                 let end = e.tgt + e.size;
                 if f.addr >= end && f.addr < end + 2 * TRACK_PAGE {
@@ -98,7 +100,7 @@ impl Checker {
                          kernel uses (`map({fix_dir}: {})` with a larger extent) or fix the loop bounds{flang}{}",
                         report::var_or(e.name, e.size),
                         report::bytes(e.size),
-                        dev.id,
+                        device,
                         if report::is_fortran(loc, e.name) {
                             report::base_var(&sec).to_string() + "(1:m)"
                         } else {
@@ -114,7 +116,7 @@ impl Checker {
                     "kernel {kernel} at {at} {access} device memory at 0x{:x} on device {} that belongs to no mapping (freed, \
                      or outside every mapped section){}",
                     f.addr,
-                    dev.id,
+                    device,
                     hint(true, &at)
                 ),
             ),

@@ -1,11 +1,10 @@
 //! The words of a finding: variables, places and the directive that fixes it, in the
 //! program's language.
 
-use crate::info;
-use crate::trace::TargetKind;
-use crate::Loc;
-use crate::MapName;
 use omp_format::SourceLocation;
+use omp_runtime::info;
+use omp_runtime::trace::TargetKind;
+use omp_runtime::{Loc, MapName};
 
 /// Prints one finding: a single line that starts with `omptarget check:`.
 pub(super) fn finding(kind: &str, text: std::fmt::Arguments) {

@@ -1,10 +1,9 @@
 //! What the checker knows of one mapping: the bytes host and device last agreed on, which
 //! of them that covers, and which device pages hold data.
 
-use crate::trace::TargetKind;
-use crate::Loc;
-use crate::MapName;
 use omp_plugin::{host_memory, TRACK_PAGE};
+use omp_runtime::trace::TargetKind;
+use omp_runtime::{Loc, MapName};
 
 /// One mapping-table entry, as the checker follows it.
 pub(super) struct Entry {

@@ -1,10 +1,9 @@
 //! The checker's view of the runtime's events: constructs, mappings, transfers.
 
 use super::*;
-use crate::map_type::{ALWAYS, MEMBER_OF};
-use crate::trace::{ApiOp, Direction, Event, RcChange};
-use crate::MapName;
 use omp_plugin::TRACK_PAGE;
+use omp_runtime::map_type::{ALWAYS, MEMBER_OF};
+use omp_runtime::trace::{ApiOp, Direction, RcChange};
 use std::time::Duration;
 
 /// Fingerprints of past transfers kept for the advisor (then it starts over).
@@ -12,40 +11,32 @@ const MAX_FINGERPRINTS: usize = 1 << 16;
 
 impl Checker {
     /// An event from the runtime (after its locks are released).
-    pub fn event(&self, ev: &Event, dev: Option<&DeviceCtx>) {
+    pub(crate) fn event(&self, ev: &Event, cx: &EventCx) {
+        let id = cx.construct();
         match *ev {
             Event::Arguments { types, sizes, names, .. } => {
-                ARGS.with(|a| {
-                    let mut a = a.borrow_mut();
-                    a.clear();
-                    a.extend(types.iter().zip(sizes).enumerate().map(|(i, (&t, &size))| {
+                let args =
+                    types.iter().zip(sizes).enumerate().map(|(i, (&t, &size))| {
                         (names.and_then(|n| n.get(i).copied()).unwrap_or(MapName::NONE), t, size)
-                    }));
-                })
+                    });
+                let mut constructs = self.constructs.lock();
+                let c = constructs.entry(id).or_default();
+                c.args.clear();
+                c.args.extend(args);
             }
-            Event::Construct { kind, begin: true, loc, .. } => {
-                let args = ARGS.with(|a| std::mem::take(&mut *a.borrow_mut()));
-                CTX.with(|c| {
-                    c.borrow_mut().push(Ctx {
-                        kind,
-                        loc,
-                        args,
-                        unmapped: Vec::new(),
-                        waste: None,
-                        kernel: String::new(),
-                    })
-                });
+            Event::Construct { kind, begin: true, loc, target_id, .. } => {
+                self.constructs.lock().entry(target_id).or_default().begun = Some((kind, loc));
             }
-            Event::Construct { begin: false, .. } => {
-                CTX.with(|c| c.borrow_mut().pop());
+            Event::Construct { begin: false, target_id, .. } => {
+                self.constructs.lock().remove(&target_id);
             }
             Event::MapCreated { device, begin, size, tgt_begin, name, .. } => {
                 let names: Vec<MapName> =
-                    with_ctx(|c| c.map(|c| c.args.iter().map(|a| a.0).collect())).unwrap_or_default();
+                    self.with_ctx(id, |c| c.map(|c| c.args.iter().map(|a| a.0).collect())).unwrap_or_default();
                 let name = report::named_like(name, &names);
-                let mut e = Entry::new(device, begin, size, tgt_begin, name, current());
+                let mut e = Entry::new(device, begin, size, tgt_begin, name, self.current(id));
                 // Named by the construct itself (not by a mapper's expansion or a member).
-                e.explicit = with_ctx(|c| {
+                e.explicit = self.with_ctx(id, |c| {
                     c.is_some_and(|c| {
                         c.args.iter().any(|&(n, ty, sz)| {
                             sz as usize == size
@@ -56,13 +47,14 @@ impl Checker {
                 });
                 self.entries.lock().insert((device, begin), e);
             }
-            Event::Kernel { kernel, done: None, .. } => with_ctx(|c| {
+            Event::Kernel { kernel, loc, done: None, .. } => self.with_ctx(id, |c| {
                 if let Some(c) = c {
                     c.kernel = kernel.to_string();
+                    c.kernel_loc = loc;
                 }
             }),
             Event::MapReleased { device, begin, size, change, .. }
-                if matches!(current(), Some((TargetKind::ExitData, _)))
+                if matches!(self.current(id), Some((TargetKind::ExitData, _)))
                     && matches!(change, RcChange::Unchanged | RcChange::UpdateSuppressed) =>
             {
                 // An exit the runtime's reference counting did not count (a mapper's own
@@ -72,13 +64,13 @@ impl Checker {
                     entries.get_mut(&key).expect("key").explicit = false;
                 }
             }
-            Event::UnmappedPointer { var, addr, .. } => with_ctx(|c| {
+            Event::UnmappedPointer { var, addr, .. } => self.with_ctx(id, |c| {
                 if let Some(c) = c {
                     c.unmapped.push((var.to_string(), addr));
                 }
             }),
             Event::Transfer { device, dir, host, tgt, bytes, done, .. } => {
-                self.transfer(dev, device, dir, host, tgt, bytes, done.map(|t| t.end - t.start))
+                self.transfer(cx, device, dir, host, tgt, bytes, done.map(|t| t.end - t.start))
             }
             Event::MapRemoved { device, begin, tgt_begin, .. } => {
                 // The record of this very mapping: another thread may already have mapped the
@@ -90,8 +82,8 @@ impl Checker {
                         _ => None,
                     }
                 };
-                if let (Some(e), Some(dev)) = (removed, dev) {
-                    self.mapping_ended(&e, dev);
+                if let Some(e) = removed {
+                    self.mapping_ended(&e, cx);
                 }
             }
             Event::Api { op, device, ptr, other, bytes } => {
@@ -113,7 +105,7 @@ impl Checker {
                 }
             }
             Event::Alloc { bytes, name, .. } if self.advising() => {
-                if let Some((_, loc)) = current() {
+                if let Some((_, loc)) = self.current(id) {
                     self.advisor.note(Waste::RepeatedAlloc, loc, name, bytes, Duration::ZERO);
                 }
             }
@@ -125,7 +117,7 @@ impl Checker {
     #[allow(clippy::too_many_arguments)]
     fn transfer(
         &self,
-        dev: Option<&DeviceCtx>,
+        cx: &EventCx,
         device: i32,
         dir: Direction,
         host: usize,
@@ -152,12 +144,13 @@ impl Checker {
         };
         let e = entries.get_mut(&key).expect("key");
         let (s, end) = (host - e.begin, host - e.begin + bytes);
-        let loc = current().map_or(Loc::NONE, |c| c.1);
+        let id = cx.construct();
+        let loc = self.current(id).map_or(Loc::NONE, |c| c.1);
         // flang copies a descriptor into every construct that maps its array (`always`, as a
         // member of the descriptor's map): nothing the program can avoid, so no advice on it.
         let compilers_copy = dir == Direction::ToDevice
             && report::is_fortran(loc, e.name)
-            && with_ctx(|c| {
+            && self.with_ctx(id, |c| {
                 c.is_some_and(|c| {
                     c.args.iter().any(|&(_, ty, sz)| ty & MEMBER_OF != 0 && ty & ALWAYS != 0 && sz as usize == bytes)
                 })
@@ -172,7 +165,9 @@ impl Checker {
                 // Before the copy: is it needed?
                 let waste = match dir {
                     Direction::ToDevice if e.unchanged(s, end, None) => {
-                        let device_bytes = dev.and_then(|d| read_device(d, e.tgt + s, bytes));
+                        // SAFETY: `[s, end)` lies in the mapping, whose device memory is
+                        // allocated while it is in the table (it is being copied to).
+                        let device_bytes = unsafe { cx.read_device(device, e.tgt + s, bytes) };
                         e.unchanged(s, end, device_bytes.as_deref()).then_some(Waste::RedundantToDevice)
                     }
                     Direction::ToDevice if e.synced.is_empty() && e.host_readable() => {
@@ -186,7 +181,8 @@ impl Checker {
                         (before == Some(print)).then_some(Waste::ResentToDevice)
                     }
                     Direction::FromDevice if e.snapshot.len() == e.size => {
-                        let device_bytes = dev.and_then(|d| read_device(d, e.tgt + s, bytes));
+                        // SAFETY: as above (it is being copied from).
+                        let device_bytes = unsafe { cx.read_device(device, e.tgt + s, bytes) };
                         device_bytes
                             .filter(|d| {
                                 e.synced_within(s, end).iter().all(|&(a, b)| d[a - s..b - s] == e.snapshot[a..b])
@@ -210,7 +206,7 @@ impl Checker {
                     }
                 }
                 let name = e.name;
-                with_ctx(|c| {
+                self.with_ctx(id, |c| {
                     if let Some(c) = c {
                         c.waste = waste.map(|w| (w, name, bytes));
                     }
@@ -228,13 +224,13 @@ impl Checker {
                     e.meaningful = true;
                     e.copied_at = loc;
                     // Whether a kernel reads them only a device that tracks accesses can tell.
-                    let tracked = dev.is_some_and(|d| d.tracks_accesses());
+                    let tracked = self.tracks(device);
                     for p in e.pages_for(s, end).filter(|_| tracked) {
                         e.unread[p] = true;
                     }
                 }
                 drop(entries);
-                if let Some((w, name, n)) = with_ctx(|c| c.and_then(|c| c.waste.take())) {
+                if let Some((w, name, n)) = self.with_ctx(id, |c| c.and_then(|c| c.waste.take())) {
                     self.advisor.note(w, loc, name, n, t);
                 }
             }
@@ -243,8 +239,9 @@ impl Checker {
 
     /// A mapping left the table (its device memory is still there): results the device
     /// alone holds are lost.
-    fn mapping_ended(&self, e: &Entry, dev: &DeviceCtx) {
-        let loc = current().map_or(Loc::NONE, |c| c.1);
+    fn mapping_ended(&self, e: &Entry, cx: &EventCx) {
+        let id = cx.construct();
+        let loc = self.current(id).map_or(Loc::NONE, |c| c.1);
         let unread = if self.advising() { e.unread.iter().filter(|&&u| u).count() } else { 0 };
         if unread > 0 {
             self.advisor.note(
@@ -258,12 +255,13 @@ impl Checker {
         if !self.findings() || !e.meaningful || e.size == 0 || e.snapshot.len() != e.size {
             return;
         }
-        let Some(device) = read_device(dev, e.tgt, e.size) else { return };
+        // SAFETY: the mapping's device memory is freed only after its `MapRemoved`.
+        let Some(device) = (unsafe { cx.read_device(e.device, e.tgt, e.size) }) else { return };
         let lost = e.device_only_bytes(0, e.size, &device);
         if lost == 0 || !self.first_time(finding::DISCARDED, e, loc) {
             return;
         }
-        let kernel = with_ctx(|c| c.map(|c| c.kernel.clone())).unwrap_or_default();
+        let kernel = self.with_ctx(id, |c| c.map(|c| c.kernel.clone())).unwrap_or_default();
         let fortran = report::is_fortran(loc, e.name);
         let made = e
             .made_by

@@ -1,7 +1,10 @@
 //! The mapping checker (`LIBOMPTARGET_CHECK=1`) and the data-movement advisor
-//! (`LIBOMPTARGET_CHECK=perf`, and with 1): an observer of the runtime's events that also
-//! runs each kernel, so that on a device that can track accesses (an isolated device in
-//! check mode) it knows which device pages a kernel read and wrote, and what stopped it.
+//! (`LIBOMPTARGET_CHECK=perf`, and with 1): an observer of the runtime's events, installed
+//! by the composition like any other ([`observer`]). On a device that can track accesses
+//! (an isolated device in check mode) it also knows which device pages a kernel read and
+//! wrote, and what stopped it: each device is wrapped, as it opens, in a decorator
+//! ([`tracked::TrackedDevice`]) that asks the checker which pages to watch during a launch
+//! and hands back what the kernel did.
 //!
 //! Per mapping it keeps the bytes host and device last agreed on (a copy, made at each
 //! transfer); comparing them with the host before a kernel finds host changes that never
@@ -11,6 +14,8 @@
 //!
 //! `events` follows the runtime's events (transfers, mappings ending), `tracked` runs a
 //! kernel with its pages watched, `fault` explains what stopped one, `leaks` reports at exit.
+//! What a construct passed (its kind, place, map arguments, kernel) is kept by construct id
+//! ([`omp_runtime::trace::EventCx::construct`]), as its events say it.
 
 mod advice;
 mod entry;
@@ -20,16 +25,16 @@ mod leaks;
 mod report;
 mod tracked;
 
-use crate::config::CheckMode;
-use crate::trace::TargetKind;
-use crate::MapName;
-use crate::{DeviceCtx, Loc};
 use advice::{Advisor, Waste};
 use entry::Entry;
+use omp_plugin::Device;
+use omp_runtime::config::CheckMode;
+use omp_runtime::trace::{End, Event, EventCx, Interest, Kinds, Observer, TargetKind};
+use omp_runtime::{Loc, MapName};
 use omp_sync::Mutex;
-use std::cell::RefCell;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
 
 /// Findings remembered as said (beyond, every finding counts as a repeat).
 const MAX_REPORTED: usize = 1 << 16;
@@ -37,8 +42,42 @@ const MAX_REPORTED: usize = 1 << 16;
 /// A finding's identity: kind, device, variable or mapping, construct.
 type Said = (u8, i32, usize, Loc);
 
+/// The checker and advisor for `mode`, as an observer; `None` when checking is off.
+pub fn observer(mode: CheckMode) -> Option<Box<dyn Observer>> {
+    Checker::new(mode).map(|c| Box::new(CheckObserver(Arc::new(c))) as Box<dyn Observer>)
+}
+
+/// The checker as the runtime sees it: one more observer.
+struct CheckObserver(Arc<Checker>);
+
+impl Observer for CheckObserver {
+    /// Every event, with the intervals (the advisor sums the time copies took).
+    fn interest(&self) -> Interest {
+        Interest { kinds: Kinds::ALL, timing: true, at_exit: false }
+    }
+
+    fn event(&self, ev: &Event, cx: &EventCx) {
+        self.0.event(ev, cx);
+    }
+
+    /// Every device gets the decorator: whether it can track accesses may change while it
+    /// runs (an isolated device tracks once its worker runs), so the decorator asks at each
+    /// launch.
+    fn wrap_device(&self, device: i32, backend: Box<dyn Device>) -> Box<dyn Device> {
+        let backend: Arc<dyn Device> = Arc::from(backend);
+        self.0.devices.lock().insert(device, backend.clone());
+        Box::new(tracked::TrackedDevice::new(device, backend, self.0.clone()))
+    }
+
+    fn finish(&self, end: End) {
+        if end == End::LastUnregistration {
+            self.0.at_exit();
+        }
+    }
+}
+
 /// The checker's state, shared by all threads.
-pub struct Checker {
+pub(crate) struct Checker {
     mode: CheckMode,
     entries: Mutex<BTreeMap<(i32, usize), Entry>>,
     /// (finding, device, variable name or mapping, construct) already said, and (finding,
@@ -50,35 +89,27 @@ pub struct Checker {
     /// (device, host begin, bytes) → fingerprint of the bytes last copied there, kept
     /// after the mapping ends: the same bytes sent again could have stayed mapped.
     sent: Mutex<HashMap<(i32, usize, usize), u64>>,
+    /// The constructs in progress, by id.
+    constructs: Mutex<HashMap<u64, Ctx>>,
+    /// The backend under each device's decorator (to ask whether it tracks accesses now).
+    devices: Mutex<HashMap<i32, Arc<dyn Device>>>,
 }
 
-/// The construct a thread is in.
+/// A construct in progress, as its events describe it.
+#[derive(Default)]
 struct Ctx {
-    kind: TargetKind,
-    loc: Loc,
-    /// The construct's map arguments: (name, type, size).
+    /// Its kind and place, from its begin event.
+    begun: Option<(TargetKind, Loc)>,
+    /// Its map arguments: (name, type, size).
     args: Vec<(MapName, i64, i64)>,
     /// Pointer arguments that point to nothing mapped: (variable, host address).
     unmapped: Vec<(String, usize)>,
     /// A transfer announced and judged wasteful (waste, mapping name, bytes), waiting for its
     /// duration.
     waste: Option<(Waste, MapName, usize)>,
-    /// The construct's kernel, once launched.
+    /// The construct's kernel and the place it was launched from, once announced.
     kernel: String,
-}
-
-thread_local! {
-    static CTX: RefCell<Vec<Ctx>> = const { RefCell::new(Vec::new()) };
-    /// The last `Arguments` event (it precedes its construct's begin).
-    static ARGS: RefCell<Vec<(MapName, i64, i64)>> = const { RefCell::new(Vec::new()) };
-}
-
-fn with_ctx<R>(f: impl FnOnce(Option<&mut Ctx>) -> R) -> R {
-    CTX.with(|c| f(c.borrow_mut().last_mut()))
-}
-
-fn current() -> Option<(TargetKind, Loc)> {
-    with_ctx(|c| c.map(|c| (c.kind, c.loc)))
+    kernel_loc: Loc,
 }
 
 mod finding {
@@ -89,7 +120,7 @@ mod finding {
 }
 
 impl Checker {
-    pub fn new(mode: CheckMode) -> Option<Checker> {
+    fn new(mode: CheckMode) -> Option<Checker> {
         (mode != CheckMode::Off).then(|| Checker {
             mode,
             entries: Mutex::new(BTreeMap::new()),
@@ -97,7 +128,26 @@ impl Checker {
             repeats: AtomicU64::new(0),
             advisor: Advisor::default(),
             sent: Mutex::new(HashMap::new()),
+            constructs: Mutex::new(HashMap::new()),
+            devices: Mutex::new(HashMap::new()),
         })
+    }
+
+    /// Runs `f` on construct `id`, if it is in progress. `f` takes no other lock of the
+    /// checker's (the construct lock is taken last).
+    fn with_ctx<R>(&self, id: u64, f: impl FnOnce(Option<&mut Ctx>) -> R) -> R {
+        let mut constructs = self.constructs.lock();
+        f(constructs.get_mut(&id).filter(|c| c.begun.is_some()))
+    }
+
+    /// The kind and place of construct `id`, if it is in progress.
+    fn current(&self, id: u64) -> Option<(TargetKind, Loc)> {
+        self.with_ctx(id, |c| c.and_then(|c| c.begun))
+    }
+
+    /// Whether device `device` can say, now, what its kernels touch.
+    fn tracks(&self, device: i32) -> bool {
+        self.devices.lock().get(&device).is_some_and(|d| d.access_tracking().is_some())
     }
 
     fn findings(&self) -> bool {
@@ -157,9 +207,4 @@ fn fingerprint(bytes: &[u8]) -> u64 {
         h = (h ^ b as u64).wrapping_mul(0x100_0000_01b3);
     }
     h
-}
-
-/// The device's bytes `[tgt, tgt+len)`, read through the device layer.
-fn read_device(dev: &DeviceCtx, tgt: usize, len: usize) -> Option<Vec<u8>> {
-    dev.read_for_observer(tgt, len)
 }

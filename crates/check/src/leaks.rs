@@ -40,7 +40,7 @@ impl Checker {
         }
         let repeats = self.repeats.swap(0, Ordering::Relaxed);
         if repeats > 0 {
-            crate::info::emit(&format!(
+            omp_runtime::info::emit(&format!(
                 "omptarget check: {repeats} more finding{} like the ones above not printed (each kind is said once per \
                  variable and construct)\n",
                 if repeats == 1 { "" } else { "s" }
@@ -48,7 +48,7 @@ impl Checker {
         }
         let advice = if self.advising() { self.advisor.summary() } else { String::new() };
         if !advice.is_empty() {
-            crate::info::emit(&advice);
+            omp_runtime::info::emit(&advice);
         }
     }
 }

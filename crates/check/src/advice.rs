@@ -2,8 +2,7 @@
 //! construct and variable, and printed at exit.
 
 use super::report;
-use crate::Loc;
-use crate::MapName;
+use omp_runtime::{Loc, MapName};
 use omp_sync::Mutex;
 use std::collections::HashMap;
 use std::time::Duration;
