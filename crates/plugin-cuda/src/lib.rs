@@ -28,6 +28,8 @@ pub struct Settings {
     pub info_kernel: bool,
     /// `LIBOMPTARGET_INFO` or `LIBOMPTARGET_DEBUG` is set: say why there are no devices.
     pub verbose: bool,
+    /// `LIBOMPTARGET_DEBUG` is set: say how many devices there are, too.
+    pub debug: bool,
     /// `OMP_NUM_TEAMS` and `OMP_TEAMS_THREAD_LIMIT` cap blocks and threads per launch.
     pub num_teams: Option<u32>,
     pub teams_thread_limit: Option<u32>,
@@ -48,9 +50,11 @@ impl Settings {
         let int = |k: &str| var(k).and_then(|v| parse_int(&v));
         let positive = |k: &str| int(k).filter(|&v| v > 0).map(|v| v.min(u64::from(u32::MAX)) as u32);
         let info = int("LIBOMPTARGET_INFO").unwrap_or(0);
+        let debug = int("LIBOMPTARGET_DEBUG").unwrap_or(0) != 0;
         Settings {
             info_kernel: info & 0x10 != 0,
-            verbose: info != 0 || int("LIBOMPTARGET_DEBUG").unwrap_or(0) != 0,
+            verbose: info != 0 || debug,
+            debug,
             num_teams: positive("OMP_NUM_TEAMS"),
             teams_thread_limit: positive("OMP_TEAMS_THREAD_LIMIT"),
             min_threads_for_low_trip_count: positive("LIBOMPTARGET_MIN_THREADS_FOR_LOW_TRIP_COUNT"),
@@ -110,11 +114,10 @@ impl CudaPlugin {
                 }
                 Err(_) => 0,
             };
-            if self.settings.verbose {
-                match &driver {
-                    Err(why) => emit(&format!("omptarget info: CUDA plugin: no devices: {why}\n")),
-                    Ok(_) => emit(&format!("omptarget info: CUDA plugin: {count} device(s)\n")),
-                }
+            match &driver {
+                Err(why) if self.settings.verbose => emit(&format!("omptarget info: CUDA plugin: no devices: {why}\n")),
+                Ok(_) if self.settings.debug => emit(&format!("CUDA plugin --> {count} device(s)\n")),
+                _ => {}
             }
             Loaded { driver, count }
         })
