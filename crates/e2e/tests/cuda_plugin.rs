@@ -136,9 +136,14 @@ fn without_a_driver_the_reason_is_given_under_debug_only() {
     assert!(err.contains("CUDA plugin: no devices: cannot load libcuda.so.1"), "{err}");
 }
 
+/// An INFO launch line: kernel, blocks, threads, mode.
+type InfoLaunch = (String, u32, u32, String);
+/// A launch the fake driver logged: kernel, `grid=…`, `block=…`.
+type LoggedLaunch = (String, String, String);
+
 /// `(kernel, blocks, threads, mode)` of each INFO launch line, and `(kernel, grid, block)`
 /// of each launch the fake driver logged.
-fn launches(err: &str, log: &Path) -> (Vec<(String, u32, u32, String)>, Vec<(String, String, String)>) {
+fn launches(err: &str, log: &Path) -> (Vec<InfoLaunch>, Vec<LoggedLaunch>) {
     let info = err
         .lines()
         .filter_map(|l| l.strip_prefix(&format!("\"PluginInterface\" device {GPU} info: Launching kernel ")))

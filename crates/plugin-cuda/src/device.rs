@@ -185,13 +185,10 @@ impl CudaDevice {
         // KernelLaunchEnvironmentTy { uint32_t ReductionCnt, ReductionIterCnt; void *ReductionBuffer; }
         let mut host = [0u8; 16];
         host[8..].copy_from_slice(&buffer.to_le_bytes());
-        // SAFETY: 16 readable host bytes to the 16-byte allocation just made; the copy is
-        // done before the stream's synchronisation returns, and `host` lives until then
-        // because the copy from pageable memory is staged before the call returns.
-        self.check(
-            unsafe { (self.driver.memcpy_htod_async)(kle, host.as_ptr().cast(), 16, stream) },
-            "cuMemcpyHtoDAsync",
-        )?;
+        // SAFETY: 16 readable host bytes to the 16-byte allocation just made; a copy from
+        // pageable host memory is staged before the call returns, so `host` may go after it.
+        let r = unsafe { (self.driver.memcpy_htod_async)(kle, host.as_ptr().cast(), 16, stream) };
+        self.check(r, "cuMemcpyHtoDAsync")?;
         Ok(kle as usize)
     }
 
@@ -220,17 +217,10 @@ impl CudaDevice {
         let mut params: Vec<*mut c_void> = values.iter_mut().map(|v| (v as *mut usize).cast()).collect();
         let shared = config.dyn_group_mem.max(self.settings.shared_memory_size);
         if shared > DEFAULT_DYN_SHARED_LIMIT {
+            let attribute = CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
             // SAFETY: `func` is a function of a loaded module; the attribute takes a byte count.
-            self.check(
-                unsafe {
-                    (self.driver.func_set_attribute)(
-                        func,
-                        CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                        shared as i32,
-                    )
-                },
-                "cuFuncSetAttribute",
-            )?;
+            let r = unsafe { (self.driver.func_set_attribute)(func, attribute, shared as i32) };
+            self.check(r, "cuFuncSetAttribute")?;
         }
         let ([bx, by, bz], [tx, ty, tz]) = (shape.blocks, shape.threads);
         // SAFETY: `func` was resolved by `kernel` from a module still loaded (the caller's
@@ -290,8 +280,8 @@ fn properties(driver: &Driver, device: CuDevice) -> Result<DeviceProps> {
     };
     let mut name = [0 as std::ffi::c_char; 256];
     // SAFETY: the driver writes a NUL-terminated name of at most `len` bytes.
-    driver
-        .check(unsafe { (driver.device_get_name)(name.as_mut_ptr(), name.len() as i32, device) }, "cuDeviceGetName")?;
+    let r = unsafe { (driver.device_get_name)(name.as_mut_ptr(), name.len() as i32, device) };
+    driver.check(r, "cuDeviceGetName")?;
     name[255] = 0;
     // SAFETY: `name` is NUL-terminated (its last byte was just set).
     let name = unsafe { CStr::from_ptr(name.as_ptr()) }.to_string_lossy().into_owned();
@@ -413,10 +403,8 @@ impl Device for CudaDevice {
             AllocKind::Shared => {
                 let mut p: CuDevicePtr = 0;
                 // SAFETY: writes one managed pointer.
-                self.check(
-                    unsafe { (self.driver.mem_alloc_managed)(&mut p, size, CU_MEM_ATTACH_GLOBAL) },
-                    "cuMemAllocManaged",
-                )?;
+                let r = unsafe { (self.driver.mem_alloc_managed)(&mut p, size, CU_MEM_ATTACH_GLOBAL) };
+                self.check(r, "cuMemAllocManaged")?;
                 p as usize
             }
             AllocKind::Device | AllocKind::Default | AllocKind::DeviceNonBlocking => {
