@@ -6,7 +6,7 @@
  *   FAKE_CUDA_DEVICES      number of devices (default 1; 0: cuInit says CUDA_ERROR_NO_DEVICE)
  *   FAKE_CUDA_SM           compute capability as major*10+minor (default 90)
  *   FAKE_CUDA_LOG          file to which each cuLaunchKernel appends one line:
- *                          "launch NAME grid=X,Y,Z block=X,Y,Z shared=BYTES"
+ *                          "launch NAME grid=X,Y,Z block=X,Y,Z shared=BYTES arg0=0xFIRST_ARGUMENT"
  *   FAKE_CUDA_FAIL_LAUNCH  N: the N-th launch faults (CUDA_ERROR_ILLEGAL_ADDRESS, reported
  *                          asynchronously, sticky: every later call fails the same way)
  *   FAKE_CUDA_MEM_LIMIT    bytes of device memory (cuMemAlloc beyond: CUDA_ERROR_OUT_OF_MEMORY)
@@ -277,13 +277,14 @@ CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned
                         unsigned shared, void *stream, void **params, void **extra) {
   (void)stream; (void)extra;
   if (sticky) return sticky;
-  if (!params && !extra) return INVALID_VALUE;
   const char *log = getenv("FAKE_CUDA_LOG");
   if (log && *log) {
     FILE *out = fopen(log, "a");
     if (out) {
-      fprintf(out, "launch %s grid=%u,%u,%u block=%u,%u,%u shared=%u\n", ((struct function *)f)->name, gx, gy, gz,
-              bx, by, bz, shared);
+      unsigned long long arg0 = 0;
+      if (params && params[0]) memcpy(&arg0, params[0], sizeof arg0);
+      fprintf(out, "launch %s grid=%u,%u,%u block=%u,%u,%u shared=%u arg0=0x%llx\n", ((struct function *)f)->name, gx,
+              gy, gz, bx, by, bz, shared, arg0);
       fclose(out);
     }
   }

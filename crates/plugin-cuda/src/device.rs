@@ -214,7 +214,9 @@ impl CudaDevice {
         values.extend_from_slice(args);
         // Each kernel parameter is pointer-sized (clang's nvptx kernels take `ptr`s):
         // cuLaunchKernel reads parameter i from `params[i]`.
-        let mut params: Vec<*mut c_void> = values.iter_mut().map(|v| (v as *mut usize).cast()).collect();
+        // A kernel without parameters gets NULL.
+        let mut param_ptrs: Vec<*mut c_void> = values.iter_mut().map(|v| (v as *mut usize).cast()).collect();
+        let params = if param_ptrs.is_empty() { std::ptr::null_mut() } else { param_ptrs.as_mut_ptr() };
         let shared = config.dyn_group_mem.max(self.settings.shared_memory_size);
         if shared > DEFAULT_DYN_SHARED_LIMIT {
             let attribute = CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
@@ -224,23 +226,11 @@ impl CudaDevice {
         }
         let ([bx, by, bz], [tx, ty, tz]) = (shape.blocks, shape.threads);
         // SAFETY: `func` was resolved by `kernel` from a module still loaded (the caller's
-        // promise); `params` holds one pointer per parameter, each to a live `usize` in
+        // promise); `params` is NULL or holds one pointer per parameter, each to a live `usize` in
         // `values`, which outlive the call (the driver copies parameters at launch); the
         // arguments are device addresses valid for the kernel by the caller's promise.
         let r = unsafe {
-            (self.driver.launch_kernel)(
-                func,
-                bx,
-                by,
-                bz,
-                tx,
-                ty,
-                tz,
-                shared,
-                stream,
-                params.as_mut_ptr(),
-                std::ptr::null_mut(),
-            )
+            (self.driver.launch_kernel)(func, bx, by, bz, tx, ty, tz, shared, stream, params, std::ptr::null_mut())
         };
         self.check(r, "cuLaunchKernel")
     }
