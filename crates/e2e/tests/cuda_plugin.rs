@@ -90,8 +90,19 @@ fn run(exe: &Path, fake: bool, env: &[(&str, &str)]) -> Output {
         cmd.env_remove(k);
     }
     cmd.envs(env.iter().copied());
-    cmd.output().expect("run the test program")
+    // A program this process just wrote (the corrupted copy) may still be open for writing in
+    // a child another test thread is forking: exec says ETXTBSY until that child execs.
+    for _ in 0..100 {
+        match cmd.output() {
+            Err(e) if e.raw_os_error() == Some(ETXTBSY) => std::thread::sleep(std::time::Duration::from_millis(20)),
+            r => return r.expect("run the test program"),
+        }
+    }
+    panic!("{} stayed busy", exe.display())
 }
+
+/// `ETXTBSY` on Linux: the executable is open for writing.
+const ETXTBSY: i32 = 26;
 
 /// What the runtime said: stderr without libomp's own warnings (a host device running
 /// `num_teams(7)` on two cores gets "OMP: Warning #96").
