@@ -139,6 +139,16 @@ pub struct LaunchConfig {
     pub with_dyn_ptr: bool,
 }
 
+/// How a device runs one launch (what LLVM's INFO line reports): blocks and threads per
+/// dimension, and the kernel's execution mode as LLVM names it (`SPMD`, `Generic`,
+/// `Generic-SPMD`). Given by devices that decide it themselves ([`Device::launch_shape`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LaunchShape {
+    pub blocks: [u32; 3],
+    pub threads: [u32; 3],
+    pub mode: &'static str,
+}
+
 /// Granularity of [`AccessTracking::launch_tracked`]'s access tracking.
 pub const TRACK_PAGE: usize = 4096;
 
@@ -240,6 +250,12 @@ pub trait Device: Send + Sync {
     unsafe fn launch(&self, kernel: KernelId, args: &[usize], config: &LaunchConfig) -> Result<()>;
     /// A line of device information, `key`/`value`, for `__tgt_print_device_info`.
     fn info(&self) -> Vec<(String, String)>;
+    /// The blocks, threads and mode a launch of `kernel` with `config` gets, for a device
+    /// that decides them itself (a GPU); `None` (the default) for devices that run the
+    /// construct's numbers as given.
+    fn launch_shape(&self, _kernel: KernelId, _config: &LaunchConfig) -> Option<LaunchShape> {
+        None
+    }
     /// Whether a kernel on this device can read and write host memory `[ptr, ptr+size)`
     /// directly (the host device: yes; a remote or isolated device: no). Lets the runtime
     /// answer `omp_target_is_accessible` and explain unmapped pointers.
@@ -352,6 +368,9 @@ macro_rules! forward_device {
         }
         fn info(&self) -> Vec<(String, String)> {
             (**self).info()
+        }
+        fn launch_shape(&self, kernel: KernelId, config: &LaunchConfig) -> Option<LaunchShape> {
+            (**self).launch_shape(kernel, config)
         }
         fn is_accessible(&self, ptr: usize, size: usize) -> bool {
             (**self).is_accessible(ptr, size)

@@ -15,7 +15,8 @@ use omp_plugin::Plugin;
 
 /// The plugins, in device-numbering order: the local devices first (the host's, or the
 /// same in a worker process with `LIBOMPTARGET_ISOLATE=1` or `LIBOMPTARGET_CHECK`), then
-/// each server in `LIBOMPTARGET_RPC_ADDRESS`.
+/// the CUDA GPUs (for a program with an nvptx64 image; docs/cuda.md), then each server in
+/// `LIBOMPTARGET_RPC_ADDRESS`.
 pub fn plugins(config: &Config) -> Vec<Box<dyn Plugin>> {
     let checking = config.check != CheckMode::Off;
     // LIBOMPTARGET_CHECK implies isolation (unless LIBOMPTARGET_ISOLATE=0), in check mode.
@@ -29,6 +30,8 @@ pub fn plugins(config: &Config) -> Vec<Box<dyn Plugin>> {
     };
     #[allow(unused_mut)]
     let mut plugins = vec![local];
+    #[cfg(feature = "cuda")]
+    plugins.push(Box::new(omp_plugin_cuda::CudaPlugin::new(|k| config.var(k))));
     #[cfg(feature = "remote")]
     plugins.extend(omp_plugin_remote::plugins(|k| config.var(k)).into_iter().map(|p| Box::new(p) as Box<dyn Plugin>));
     plugins

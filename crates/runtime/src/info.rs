@@ -310,16 +310,21 @@ impl Observer for InfoObserver {
                     ),
                 }
             }
-            Event::Kernel { device, kernel, teams, threads, clang19, done: None, .. } if on(info_bits::PLUGIN_KERNEL) => {
-                let (teams, threads) = (teams.max(1), threads.max(1));
+            Event::Kernel { device, kernel, teams, threads, shape, clang19, done: None, .. }
+                if on(info_bits::PLUGIN_KERNEL) =>
+            {
+                let shape = shape.unwrap_or(omp_plugin::LaunchShape {
+                    blocks: [teams.max(1), 1, 1],
+                    threads: [threads.max(1), 1, 1],
+                    mode: "Generic",
+                });
+                let ([bx, by, bz], [tx, ty, tz]) = (shape.blocks, shape.threads);
                 // LLVM 22 prints three-dimensional sizes; clang 19 programs get LLVM 19's line.
-                let (teams, threads) = if clang19 {
-                    (teams.to_string(), threads.to_string())
-                } else {
-                    (format!("[{teams},1,1]"), format!("[{threads},1,1]"))
-                };
+                let (teams, threads) =
+                    if clang19 { (bx.to_string(), tx.to_string()) } else { (format!("[{bx},{by},{bz}]"), format!("[{tx},{ty},{tz}]")) };
                 emit(&format!(
-                    "\"PluginInterface\" device {device} info: Launching kernel {kernel} with {teams} blocks and {threads} threads in Generic mode\n"
+                    "\"PluginInterface\" device {device} info: Launching kernel {kernel} with {teams} blocks and {threads} threads in {} mode\n",
+                    shape.mode
                 ));
             }
             Event::MappingTables { tables } if on(info_bits::DUMP_TABLE) => emit(&(tables.0)()),

@@ -87,12 +87,15 @@ impl Runtime {
             } else {
                 String::new()
             };
+            // A device that decides blocks and threads itself (a GPU) says what it will run.
+            let shape = if observing { dev.launch_shape(kernel, &config) } else { None };
             let kernel_event = |done| Event::Kernel {
                 device: dev.id,
                 kernel: &name,
                 loc,
-                teams: launch.num_teams,
-                threads: launch.thread_limit,
+                teams: shape.map_or(launch.num_teams, |s| s.blocks[0]),
+                threads: shape.map_or(launch.thread_limit, |s| s.threads[0]),
+                shape,
                 args: tgt_args,
                 host_args: &host_args,
                 clang19: self.clang19_programs_only(),

@@ -160,6 +160,8 @@ pub enum Event<'a> {
         loc: Loc,
         teams: u32,
         threads: u32,
+        /// What the device runs, where it decides that itself (blocks, threads, mode).
+        shape: Option<omp_plugin::LaunchShape>,
         args: &'a [usize],
         host_args: &'a [usize],
         clang19: bool,

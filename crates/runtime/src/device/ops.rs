@@ -296,6 +296,11 @@ impl DeviceCtx {
         self.backend.is_accessible(ptr, size)
     }
 
+    /// The blocks, threads and mode the backend gives a launch, where it decides them.
+    pub(crate) fn launch_shape(&self, kernel: KernelId, config: &LaunchConfig) -> Option<omp_plugin::LaunchShape> {
+        self.backend.launch_shape(kernel, config)
+    }
+
     /// What the backend says about the device (`__tgt_print_device_info`).
     pub fn info(&self) -> Vec<(String, String)> {
         self.backend.info()

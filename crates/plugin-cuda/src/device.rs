@@ -1,0 +1,579 @@
+//! One CUDA device: its primary context, a stream for synchronous work and one per queue,
+//! the modules loaded into it, the kernels resolved from them, and the memory it handed out.
+//! Every call makes the context current on the calling thread first; after a sticky error
+//! the device is lost and every later call says so.
+
+use crate::driver::*;
+use crate::image;
+use crate::launch_rules::{self, GridLimits, Kernel};
+use crate::Settings;
+use omp_plugin::{
+    AllocKind, Device, GlobalSymbol, ImageId, KernelId, LaunchConfig, LaunchShape, PluginError, QueueId, Result,
+};
+use omp_sync::Mutex;
+use std::collections::HashMap;
+use std::ffi::{c_void, CStr};
+use std::sync::OnceLock;
+
+/// Dynamic shared memory a kernel may use without opting in (48 KiB on every NVIDIA GPU).
+const DEFAULT_DYN_SHARED_LIMIT: u32 = 48 * 1024;
+
+/// What the device reported at open.
+#[derive(Debug, Clone)]
+pub struct DeviceProps {
+    pub name: String,
+    pub sm: image::Sm,
+    pub total_memory: usize,
+    pub multiprocessors: i32,
+    pub max_threads_per_block: i32,
+    pub max_threads_per_multiprocessor: i32,
+    pub shared_memory_per_block: i32,
+    pub clock_khz: i32,
+    pub driver_version: i32,
+    pub limits: GridLimits,
+}
+
+struct Module {
+    handle: usize,
+    /// The image as loaded: kernel environments are read from it.
+    bytes: Vec<u8>,
+}
+
+struct KernelEntry {
+    func: usize,
+    kernel: Kernel,
+}
+
+/// One launch's device memory for the launch environment, freed once its stream is done.
+type PendingFrees = Vec<usize>;
+
+pub struct CudaDevice {
+    driver: &'static Driver,
+    /// The CUDA device ordinal (after `CUDA_VISIBLE_DEVICES`).
+    ordinal: usize,
+    device: CuDevice,
+    /// The retained primary context (a `CUcontext`), released at drop.
+    context: usize,
+    /// The stream of the synchronous operations (`QueueId::SYNC`).
+    stream: usize,
+    /// Streams made by `create_queue`: `QueueId(i + 1)` is `queues[i]`, with the launch
+    /// environments to free after its next synchronisation.
+    queues: Mutex<Vec<(usize, PendingFrees)>>,
+    modules: Mutex<Vec<Option<Module>>>,
+    /// `KernelId(i + 1)` is `kernels[i]`.
+    kernels: Mutex<Vec<KernelEntry>>,
+    /// Live allocations: address → (kind, size).
+    allocations: Mutex<HashMap<usize, (AllocKind, usize)>>,
+    props: DeviceProps,
+    settings: Settings,
+    /// Why the device is lost, once a sticky error said so.
+    lost: OnceLock<String>,
+}
+
+impl CudaDevice {
+    /// Opens CUDA device `ordinal`: its primary context, a stream, its properties.
+    pub fn open(driver: &'static Driver, ordinal: usize, settings: Settings) -> Result<CudaDevice> {
+        let mut device: CuDevice = 0;
+        // SAFETY: cuDeviceGet writes one CUdevice; the ordinal is below cuDeviceGetCount.
+        driver.check(unsafe { (driver.device_get)(&mut device, ordinal as i32) }, "cuDeviceGet")?;
+        let mut context: CuContext = std::ptr::null_mut();
+        // SAFETY: writes one CUcontext for a valid device.
+        driver.check(unsafe { (driver.primary_ctx_retain)(&mut context, device) }, "cuDevicePrimaryCtxRetain")?;
+        // SAFETY: `context` was just retained.
+        driver.check(unsafe { (driver.ctx_set_current)(context) }, "cuCtxSetCurrent")?;
+        let mut stream: CuStream = std::ptr::null_mut();
+        // SAFETY: writes one CUstream; the context is current.
+        driver.check(unsafe { (driver.stream_create)(&mut stream, CU_STREAM_NON_BLOCKING) }, "cuStreamCreate")?;
+        let props = properties(driver, device)?;
+        for (var, limit, value) in [
+            ("stack", CU_LIMIT_STACK_SIZE, settings.stack_size),
+            ("heap", CU_LIMIT_MALLOC_HEAP_SIZE, settings.heap_size),
+        ] {
+            if let Some(v) = value {
+                // SAFETY: a limit and its value; the context is current.
+                driver.check(unsafe { (driver.ctx_set_limit)(limit, v) }, &format!("cuCtxSetLimit ({var} size)"))?;
+            }
+        }
+        let mut limits = props.limits;
+        if let Some(n) = settings.num_teams {
+            limits.block_limit = limits.block_limit.min(n);
+        }
+        if let Some(n) = settings.teams_thread_limit {
+            limits.thread_limit = limits.thread_limit.min(n);
+        }
+        if let Some(n) = settings.min_threads_for_low_trip_count {
+            limits.min_threads_for_low_trip_count = n;
+        }
+        let props = DeviceProps { limits, ..props };
+        if settings.info_kernel {
+            crate::emit(&format!(
+                "CUDA device {ordinal} info: Device supports up to {} CUDA blocks and {} threads with a warp size of {}\n",
+                props.limits.block_limit, props.limits.thread_limit, props.limits.warp_size
+            ));
+        }
+        Ok(CudaDevice {
+            driver,
+            ordinal,
+            device,
+            context: context as usize,
+            stream: stream as usize,
+            queues: Mutex::new(Vec::new()),
+            modules: Mutex::new(Vec::new()),
+            kernels: Mutex::new(Vec::new()),
+            allocations: Mutex::new(HashMap::new()),
+            props,
+            settings,
+            lost: OnceLock::new(),
+        })
+    }
+
+    /// Makes the context current on this thread, unless the device is lost.
+    fn enter(&self) -> Result<()> {
+        if let Some(why) = self.lost.get() {
+            return Err(PluginError::lost(why.clone()));
+        }
+        // SAFETY: the context was retained at open and is released only at drop.
+        self.check(unsafe { (self.driver.ctx_set_current)(self.context as CuContext) }, "cuCtxSetCurrent")
+    }
+
+    /// The driver's verdict; a sticky error marks the device lost.
+    fn check(&self, code: CuResult, call: &str) -> Result<()> {
+        self.driver.check(code, call).inspect_err(|e| {
+            if e.is_lost() {
+                let _ = self.lost.set(e.reason.clone());
+            }
+        })
+    }
+
+    fn stream_of(&self, queue: QueueId) -> Result<CuStream> {
+        if queue == QueueId::SYNC {
+            return Ok(self.stream as CuStream);
+        }
+        let queues = self.queues.lock();
+        queues.get(queue.0.wrapping_sub(1)).map(|q| q.0 as CuStream).ok_or_else(|| {
+            PluginError::failed(format!("queue {} is not a queue of CUDA device {}", queue.0, self.ordinal))
+        })
+    }
+
+    /// Waits for `stream`, then frees what launches on it left to free.
+    fn sync_stream(&self, stream: CuStream, frees: PendingFrees) -> Result<()> {
+        // SAFETY: `stream` was created on this device's context, which is current.
+        let done = self.check(unsafe { (self.driver.stream_synchronize)(stream) }, "cuStreamSynchronize");
+        for p in frees {
+            // SAFETY: `p` came from cuMemAlloc for a launch environment whose kernel is done.
+            unsafe { (self.driver.mem_free)(p as CuDevicePtr) };
+        }
+        done
+    }
+
+    /// The launch environment a kernel's first argument points to: `~0` when its teams do
+    /// no reduction, else device memory with a reduction buffer (freed in `frees` after the
+    /// launch), as LLVM's `getKernelLaunchEnvironment` makes it.
+    fn launch_environment(&self, kernel: &Kernel, stream: CuStream, frees: &mut PendingFrees) -> Result<usize> {
+        let Some(env) = kernel.env.filter(|e| e.reduction_data_size > 0 && e.reduction_buffer_length > 0) else {
+            return Ok(usize::MAX);
+        };
+        let bytes = env.reduction_data_size as usize * env.reduction_buffer_length as usize;
+        let mut buffer: CuDevicePtr = 0;
+        // SAFETY: writes one device pointer; the context is current.
+        self.check(unsafe { (self.driver.mem_alloc)(&mut buffer, bytes) }, "cuMemAlloc")?;
+        frees.push(buffer as usize);
+        let mut kle: CuDevicePtr = 0;
+        // SAFETY: as above.
+        self.check(unsafe { (self.driver.mem_alloc)(&mut kle, 16) }, "cuMemAlloc")?;
+        frees.push(kle as usize);
+        // KernelLaunchEnvironmentTy { uint32_t ReductionCnt, ReductionIterCnt; void *ReductionBuffer; }
+        let mut host = [0u8; 16];
+        host[8..].copy_from_slice(&buffer.to_le_bytes());
+        // SAFETY: 16 readable host bytes to the 16-byte allocation just made; a copy from
+        // pageable host memory is staged before the call returns, so `host` may go after it.
+        let r = unsafe { (self.driver.memcpy_htod_async)(kle, host.as_ptr().cast(), 16, stream) };
+        self.check(r, "cuMemcpyHtoDAsync")?;
+        Ok(kle as usize)
+    }
+
+    /// Launches on `stream`; the caller synchronises it.
+    ///
+    /// # Safety
+    /// As [`Device::launch`].
+    unsafe fn launch_on(
+        &self,
+        kernel: KernelId,
+        args: &[usize],
+        config: &LaunchConfig,
+        stream: CuStream,
+        frees: &mut PendingFrees,
+    ) -> Result<()> {
+        self.enter()?;
+        let (func, k) = self.kernel_entry(kernel)?;
+        let shape = launch_rules::shape(&k, &self.props.limits, config);
+        let mut values = Vec::with_capacity(args.len() + 1);
+        if config.with_dyn_ptr {
+            values.push(self.launch_environment(&k, stream, frees)?);
+        }
+        values.extend_from_slice(args);
+        // Each kernel parameter is pointer-sized (clang's nvptx kernels take `ptr`s):
+        // cuLaunchKernel reads parameter i from `params[i]`.
+        // A kernel without parameters gets NULL.
+        let mut param_ptrs: Vec<*mut c_void> = values.iter_mut().map(|v| (v as *mut usize).cast()).collect();
+        let params = if param_ptrs.is_empty() { std::ptr::null_mut() } else { param_ptrs.as_mut_ptr() };
+        let shared = config.dyn_group_mem.max(self.settings.shared_memory_size);
+        if shared > DEFAULT_DYN_SHARED_LIMIT {
+            let attribute = CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+            // SAFETY: `func` is a function of a loaded module; the attribute takes a byte count.
+            let r = unsafe { (self.driver.func_set_attribute)(func, attribute, shared as i32) };
+            self.check(r, "cuFuncSetAttribute")?;
+        }
+        let ([bx, by, bz], [tx, ty, tz]) = (shape.blocks, shape.threads);
+        // SAFETY: `func` was resolved by `kernel` from a module still loaded (the caller's
+        // promise); `params` is NULL or holds one pointer per parameter, each to a live `usize` in
+        // `values`, which outlive the call (the driver copies parameters at launch); the
+        // arguments are device addresses valid for the kernel by the caller's promise.
+        let r = unsafe {
+            (self.driver.launch_kernel)(func, bx, by, bz, tx, ty, tz, shared, stream, params, std::ptr::null_mut())
+        };
+        self.check(r, "cuLaunchKernel")
+    }
+
+    fn kernel_entry(&self, kernel: KernelId) -> Result<(CuFunction, Kernel)> {
+        let kernels = self.kernels.lock();
+        let e = kernels.get(kernel.raw().wrapping_sub(1)).ok_or_else(|| {
+            PluginError::failed(format!("kernel {} is not a kernel of CUDA device {}", kernel.raw(), self.ordinal))
+        })?;
+        Ok((e.func as CuFunction, e.kernel))
+    }
+
+    fn module(&self, image: ImageId) -> Result<usize> {
+        self.modules.lock().get(image.0).and_then(|m| m.as_ref().map(|m| m.handle)).ok_or_else(|| {
+            PluginError::failed(format!("image {} is not loaded on CUDA device {}", image.0, self.ordinal))
+        })
+    }
+
+    fn copy(&self, call: &str, queue: QueueId, f: impl FnOnce(CuStream) -> CuResult) -> Result<()> {
+        self.enter()?;
+        let stream = self.stream_of(queue)?;
+        self.check(f(stream), call)?;
+        if queue == QueueId::SYNC {
+            self.sync_stream(stream, Vec::new())?;
+        }
+        Ok(())
+    }
+}
+
+/// The device's name, compute capability, memory and limits.
+fn properties(driver: &Driver, device: CuDevice) -> Result<DeviceProps> {
+    let get = |attribute: i32| -> Result<i32> {
+        let mut v = 0;
+        // SAFETY: writes one int for a valid device and attribute.
+        driver.check(unsafe { (driver.device_get_attribute)(&mut v, attribute, device) }, "cuDeviceGetAttribute")?;
+        Ok(v)
+    };
+    let mut name = [0 as std::ffi::c_char; 256];
+    // SAFETY: the driver writes a NUL-terminated name of at most `len` bytes.
+    let r = unsafe { (driver.device_get_name)(name.as_mut_ptr(), name.len() as i32, device) };
+    driver.check(r, "cuDeviceGetName")?;
+    name[255] = 0;
+    // SAFETY: `name` is NUL-terminated (its last byte was just set).
+    let name = unsafe { CStr::from_ptr(name.as_ptr()) }.to_string_lossy().into_owned();
+    let mut total_memory = 0usize;
+    // SAFETY: writes one size_t.
+    driver.check(unsafe { (driver.device_total_mem)(&mut total_memory, device) }, "cuDeviceTotalMem")?;
+    let mut driver_version = 0;
+    // SAFETY: writes one int.
+    driver.check(unsafe { (driver.driver_get_version)(&mut driver_version) }, "cuDriverGetVersion")?;
+    let (major, minor) = (get(attr::COMPUTE_CAPABILITY_MAJOR)?, get(attr::COMPUTE_CAPABILITY_MINOR)?);
+    let positive = |v: i32| v.max(1) as u32;
+    Ok(DeviceProps {
+        name,
+        sm: (major * 10 + minor) as u32,
+        total_memory,
+        multiprocessors: get(attr::MULTIPROCESSOR_COUNT)?,
+        max_threads_per_block: get(attr::MAX_THREADS_PER_BLOCK)?,
+        max_threads_per_multiprocessor: get(attr::MAX_THREADS_PER_MULTIPROCESSOR)?,
+        shared_memory_per_block: get(attr::MAX_SHARED_MEMORY_PER_BLOCK)?,
+        clock_khz: get(attr::CLOCK_RATE)?,
+        driver_version,
+        limits: GridLimits::nvptx(
+            positive(get(attr::MAX_GRID_DIM_X)?),
+            positive(get(attr::MAX_BLOCK_DIM_X)?),
+            positive(get(attr::WARP_SIZE)?),
+        ),
+    })
+}
+
+impl Device for CudaDevice {
+    fn load_image(&self, bytes: &[u8]) -> Result<ImageId> {
+        self.enter()?;
+        if let Some(sm) = image::cubin_sm(bytes) {
+            if !image::sm_runs_on(sm, self.props.sm) {
+                return Err(PluginError::failed(format!(
+                    "the image was built for sm_{sm}, but CUDA device {} ({}) is sm_{}: rebuild with --offload-arch=sm_{}",
+                    self.ordinal, self.props.name, self.props.sm, self.props.sm
+                )));
+            }
+        }
+        // PTX text must end with a NUL; a cubin or fatbin is passed as it is.
+        let mut owned = bytes.to_vec();
+        if !omp_format::elf::is_elf(bytes) {
+            owned.push(0);
+        }
+        let mut module: CuModule = std::ptr::null_mut();
+        // SAFETY: `owned` is the whole image and lives across the call; no options are passed.
+        let r = unsafe {
+            (self.driver.module_load_data_ex)(
+                &mut module,
+                owned.as_ptr().cast(),
+                0,
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+            )
+        };
+        self.check(r, "cuModuleLoadDataEx").map_err(|e| PluginError {
+            reason: format!("cannot load the image on CUDA device {}: {}", self.ordinal, e.reason),
+            ..e
+        })?;
+        let mut modules = self.modules.lock();
+        modules.push(Some(Module { handle: module as usize, bytes: owned }));
+        let id = ImageId(modules.len() - 1);
+        drop(modules);
+        self.write_device_environment(id);
+        Ok(id)
+    }
+
+    fn unload_image(&self, image: ImageId) -> Result<()> {
+        let Some(m) = self.modules.lock().get_mut(image.0).and_then(Option::take) else {
+            return Ok(());
+        };
+        self.enter()?;
+        // SAFETY: the module was loaded here and was just taken out of `modules`: unloaded once.
+        self.check(unsafe { (self.driver.module_unload)(m.handle as CuModule) }, "cuModuleUnload")
+    }
+
+    fn kernel(&self, image: ImageId, name: &CStr) -> Result<KernelId> {
+        self.enter()?;
+        let handle = self.module(image)?;
+        let mut func: CuFunction = std::ptr::null_mut();
+        // SAFETY: `handle` is a loaded module and `name` is NUL-terminated.
+        let r = unsafe { (self.driver.module_get_function)(&mut func, handle as CuModule, name.as_ptr()) };
+        let text = name.to_string_lossy();
+        self.check(r, "cuModuleGetFunction")
+            .map_err(|e| PluginError { reason: format!("failed to load kernel '{text}': {}", e.reason), ..e })?;
+        let env = self
+            .modules
+            .lock()
+            .get(image.0)
+            .and_then(|m| m.as_ref().and_then(|m| image::kernel_environment(&m.bytes, &text)));
+        let mut kernels = self.kernels.lock();
+        kernels.push(KernelEntry { func: func as usize, kernel: Kernel { env } });
+        Ok(KernelId::new(kernels.len()))
+    }
+
+    fn global(&self, image: ImageId, name: &CStr) -> Result<GlobalSymbol> {
+        self.enter()?;
+        let handle = self.module(image)?;
+        let (mut addr, mut size): (CuDevicePtr, usize) = (0, 0);
+        // SAFETY: `handle` is a loaded module, `name` NUL-terminated; writes an address and a size.
+        let r = unsafe { (self.driver.module_get_global)(&mut addr, &mut size, handle as CuModule, name.as_ptr()) };
+        self.check(r, "cuModuleGetGlobal").map_err(|e| PluginError {
+            reason: format!("Failed to load global '{}': {}", name.to_string_lossy(), e.reason),
+            ..e
+        })?;
+        Ok(GlobalSymbol { addr: addr as usize, size })
+    }
+
+    fn alloc(&self, size: usize, kind: AllocKind) -> Result<usize> {
+        self.enter()?;
+        let ptr = match kind {
+            AllocKind::Host => {
+                let mut p: *mut c_void = std::ptr::null_mut();
+                // SAFETY: writes one pointer to page-locked host memory of `size` bytes.
+                self.check(unsafe { (self.driver.mem_alloc_host)(&mut p, size) }, "cuMemAllocHost")?;
+                p as usize
+            }
+            AllocKind::Shared => {
+                let mut p: CuDevicePtr = 0;
+                // SAFETY: writes one managed pointer.
+                let r = unsafe { (self.driver.mem_alloc_managed)(&mut p, size, CU_MEM_ATTACH_GLOBAL) };
+                self.check(r, "cuMemAllocManaged")?;
+                p as usize
+            }
+            AllocKind::Device | AllocKind::Default | AllocKind::DeviceNonBlocking => {
+                let mut p: CuDevicePtr = 0;
+                // SAFETY: writes one device pointer.
+                self.check(unsafe { (self.driver.mem_alloc)(&mut p, size) }, "cuMemAlloc")?;
+                p as usize
+            }
+        };
+        self.allocations.lock().insert(ptr, (kind, size));
+        Ok(ptr)
+    }
+
+    fn free(&self, ptr: usize, _kind: AllocKind) -> Result<()> {
+        let Some((kind, _)) = self.allocations.lock().remove(&ptr) else {
+            return Err(PluginError::failed(format!(
+                "0x{ptr:016x} is not memory allocated on CUDA device {} (freed twice, or never allocated)",
+                self.ordinal
+            )));
+        };
+        self.enter()?;
+        if kind == AllocKind::Host {
+            // SAFETY: `ptr` came from cuMemAllocHost and was live until removed above.
+            self.check(unsafe { (self.driver.mem_free_host)(ptr as *mut c_void) }, "cuMemFreeHost")
+        } else {
+            // SAFETY: `ptr` came from cuMemAlloc/cuMemAllocManaged and was live until removed above.
+            self.check(unsafe { (self.driver.mem_free)(ptr as CuDevicePtr) }, "cuMemFree")
+        }
+    }
+
+    unsafe fn submit(&self, tgt: usize, host: usize, size: usize) -> Result<()> {
+        // SAFETY: the caller's promise for both ranges; the stream is synchronised before
+        // this returns.
+        unsafe { self.submit_async(tgt, host, size, QueueId::SYNC) }
+    }
+
+    unsafe fn retrieve(&self, host: usize, tgt: usize, size: usize) -> Result<()> {
+        // SAFETY: as for `submit`.
+        unsafe { self.retrieve_async(host, tgt, size, QueueId::SYNC) }
+    }
+
+    unsafe fn copy_within(&self, dst: usize, src: usize, size: usize) -> Result<()> {
+        self.copy("cuMemcpyDtoDAsync", QueueId::SYNC, |stream| {
+            // SAFETY: both ranges lie in allocations or globals of this device (the
+            // caller's promise).
+            unsafe { (self.driver.memcpy_dtod_async)(dst as CuDevicePtr, src as CuDevicePtr, size, stream) }
+        })
+    }
+
+    unsafe fn launch(&self, kernel: KernelId, args: &[usize], config: &LaunchConfig) -> Result<()> {
+        let mut frees = Vec::new();
+        // SAFETY: the caller's promise, passed on; the stream is synchronised below.
+        let launched = unsafe { self.launch_on(kernel, args, config, self.stream as CuStream, &mut frees) };
+        let synced = self.sync_stream(self.stream as CuStream, frees);
+        launched.and(synced)
+    }
+
+    fn info(&self) -> Vec<(String, String)> {
+        let p = &self.props;
+        let kv = |k: &str, v: String| (k.to_string(), v);
+        vec![
+            kv("CUDA Driver Version", p.driver_version.to_string()),
+            kv("CUDA OpenMP Device Number", self.ordinal.to_string()),
+            kv("Device Name", p.name.clone()),
+            kv("Compute Capabilities", format!("sm_{}", p.sm)),
+            kv("Global Memory Size", format!("{} bytes", p.total_memory)),
+            kv("Number of Multiprocessors", p.multiprocessors.to_string()),
+            kv("Shared Memory per Block", format!("{} bytes", p.shared_memory_per_block)),
+            kv("Warp Size", p.limits.warp_size.to_string()),
+            kv("Maximum Threads per Block", p.max_threads_per_block.to_string()),
+            kv("Maximum Threads per Multiprocessor", p.max_threads_per_multiprocessor.to_string()),
+            kv("Maximum Blocks per Launch", p.limits.block_limit.to_string()),
+            kv("Clock Rate", format!("{} kHz", p.clock_khz)),
+        ]
+    }
+
+    fn is_accessible(&self, ptr: usize, size: usize) -> bool {
+        // Page-locked host memory and managed memory of ours are; program memory is not.
+        self.allocations.lock().iter().any(|(&base, &(kind, len))| {
+            matches!(kind, AllocKind::Host | AllocKind::Shared) && ptr >= base && ptr.saturating_add(size) <= base + len
+        })
+    }
+
+    fn launch_shape(&self, kernel: KernelId, config: &LaunchConfig) -> Option<LaunchShape> {
+        let (_, k) = self.kernel_entry(kernel).ok()?;
+        Some(launch_rules::shape(&k, &self.props.limits, config))
+    }
+
+    fn create_queue(&self) -> Result<QueueId> {
+        self.enter()?;
+        let mut stream: CuStream = std::ptr::null_mut();
+        // SAFETY: writes one stream of the current context.
+        self.check(unsafe { (self.driver.stream_create)(&mut stream, CU_STREAM_NON_BLOCKING) }, "cuStreamCreate")?;
+        let mut queues = self.queues.lock();
+        queues.push((stream as usize, Vec::new()));
+        Ok(QueueId(queues.len()))
+    }
+
+    unsafe fn submit_async(&self, tgt: usize, host: usize, size: usize, queue: QueueId) -> Result<()> {
+        self.copy("cuMemcpyHtoDAsync", queue, |stream| {
+            // SAFETY: the caller vouches for the host range until the queue is synchronised
+            // and for the device range.
+            unsafe { (self.driver.memcpy_htod_async)(tgt as CuDevicePtr, host as *const c_void, size, stream) }
+        })
+    }
+
+    unsafe fn retrieve_async(&self, host: usize, tgt: usize, size: usize, queue: QueueId) -> Result<()> {
+        self.copy("cuMemcpyDtoHAsync", queue, |stream| {
+            // SAFETY: as for `submit_async`, the host range writable.
+            unsafe { (self.driver.memcpy_dtoh_async)(host as *mut c_void, tgt as CuDevicePtr, size, stream) }
+        })
+    }
+
+    unsafe fn launch_async(
+        &self,
+        kernel: KernelId,
+        args: &[usize],
+        config: &LaunchConfig,
+        queue: QueueId,
+    ) -> Result<()> {
+        if queue == QueueId::SYNC {
+            // SAFETY: the caller's promise.
+            return unsafe { self.launch(kernel, args, config) };
+        }
+        let stream = self.stream_of(queue)?;
+        let mut frees = Vec::new();
+        // SAFETY: the caller's promise, valid until the queue is synchronised.
+        let launched = unsafe { self.launch_on(kernel, args, config, stream, &mut frees) };
+        if let Some(q) = self.queues.lock().get_mut(queue.0 - 1) {
+            q.1.extend(frees);
+        }
+        launched
+    }
+
+    fn synchronize(&self, queue: QueueId) -> Result<()> {
+        self.enter()?;
+        let stream = self.stream_of(queue)?;
+        let frees = match queue {
+            QueueId::SYNC => Vec::new(),
+            q => self.queues.lock().get_mut(q.0 - 1).map(|q| std::mem::take(&mut q.1)).unwrap_or_default(),
+        };
+        self.sync_stream(stream, frees)
+    }
+}
+
+impl CudaDevice {
+    /// Writes the device runtime's `__omp_rtl_device_environment` (LLVM's
+    /// `DeviceEnvironmentTy`) where the image has one: device number, count, dynamic memory
+    /// size, clock. A missing one is not an error (LLVM only notes it in debug output).
+    fn write_device_environment(&self, image: ImageId) {
+        let Ok(g) = self.global(image, c"__omp_rtl_device_environment") else { return };
+        // { u32 DeviceDebugKind, NumDevices, DeviceNum, DynamicMemSize; u64 ClockFrequency;
+        //   uintptr IndirectCallTable; u64 IndirectCallTableSize; u64 HardwareParallelism }
+        let mut env = [0u8; 48];
+        env[4..8].copy_from_slice(&(self.settings.num_devices as u32).to_le_bytes());
+        env[8..12].copy_from_slice(&(self.ordinal as u32).to_le_bytes());
+        env[12..16].copy_from_slice(&self.settings.shared_memory_size.to_le_bytes());
+        env[16..24].copy_from_slice(&(self.props.clock_khz as u64 * 1000).to_le_bytes());
+        let parallelism = self.props.multiprocessors as u64 * self.props.max_threads_per_multiprocessor as u64;
+        env[40..48].copy_from_slice(&parallelism.to_le_bytes());
+        let size = if g.size == 0 { env.len() } else { g.size.min(env.len()) };
+        // SAFETY: `g` is the image's global of `g.size` bytes, and `env` is readable host memory.
+        let _ = unsafe { self.submit(g.addr, env.as_ptr() as usize, size) };
+    }
+}
+
+impl Drop for CudaDevice {
+    fn drop(&mut self) {
+        if self.lost.get().is_some() || self.enter().is_err() {
+            return;
+        }
+        // SAFETY: the streams were created on this context and are destroyed once, here;
+        // then the primary context retained at open is released.
+        unsafe {
+            for (s, _) in self.queues.get_mut().drain(..) {
+                (self.driver.stream_destroy)(s as CuStream);
+            }
+            (self.driver.stream_destroy)(self.stream as CuStream);
+            (self.driver.primary_ctx_release)(self.device);
+        }
+    }
+}

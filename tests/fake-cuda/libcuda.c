@@ -1,0 +1,302 @@
+/* A fake CUDA driver for tests on machines without a GPU (crates/e2e/tests/cuda_plugin.rs).
+ *
+ * Built by the test as libcuda.so.1 and put first on LD_LIBRARY_PATH. It implements the
+ * entry points omp-plugin-cuda resolves, with host memory: cuMemAlloc is malloc, copies are
+ * memcpy, kernels do not run. Controlled by the environment:
+ *   FAKE_CUDA_DEVICES      number of devices (default 1; 0: cuInit says CUDA_ERROR_NO_DEVICE)
+ *   FAKE_CUDA_SM           compute capability as major*10+minor (default 90)
+ *   FAKE_CUDA_LOG          file to which each cuLaunchKernel appends one line:
+ *                          "launch NAME grid=X,Y,Z block=X,Y,Z shared=BYTES arg0=0xFIRST_ARGUMENT"
+ *   FAKE_CUDA_FAIL_LAUNCH  N: the N-th launch faults (CUDA_ERROR_ILLEGAL_ADDRESS, reported
+ *                          asynchronously, sticky: every later call fails the same way)
+ *   FAKE_CUDA_MEM_LIMIT    bytes of device memory (cuMemAlloc beyond: CUDA_ERROR_OUT_OF_MEMORY)
+ *   CUDA_VISIBLE_DEVICES   set and empty: no devices, as the real driver does
+ * Modules are checked as the real driver would reject them: an ELF64 EM_CUDA image whose
+ * section headers lie within sane bounds (else CUDA_ERROR_INVALID_IMAGE) built for this SM's
+ * major version and no newer minor one (else CUDA_ERROR_NO_BINARY_FOR_GPU).
+ */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef int CUresult;
+typedef unsigned long long CUdeviceptr;
+
+enum {
+  SUCCESS = 0, INVALID_VALUE = 1, OUT_OF_MEMORY = 2, NOT_INITIALIZED = 3, NO_DEVICE = 100,
+  INVALID_DEVICE = 101, INVALID_IMAGE = 200, NO_BINARY_FOR_GPU = 209, NOT_FOUND = 500,
+  ILLEGAL_ADDRESS = 700, LAUNCH_FAILED = 719,
+};
+
+static int initialized, launches;
+static CUresult sticky;
+static size_t allocated;
+
+static long env_long(const char *name, long dflt) {
+  const char *v = getenv(name);
+  return v && *v ? strtol(v, NULL, 0) : dflt;
+}
+
+static int sm(void) { return (int)env_long("FAKE_CUDA_SM", 90); }
+
+CUresult cuInit(unsigned flags) {
+  const char *visible = getenv("CUDA_VISIBLE_DEVICES");
+  if (flags != 0) return INVALID_VALUE;
+  if ((visible && !*visible) || env_long("FAKE_CUDA_DEVICES", 1) <= 0) return NO_DEVICE;
+  initialized = 1;
+  return SUCCESS;
+}
+
+CUresult cuDriverGetVersion(int *v) { *v = 13000; return SUCCESS; }
+
+CUresult cuDeviceGetCount(int *n) {
+  if (!initialized) return NOT_INITIALIZED;
+  *n = (int)env_long("FAKE_CUDA_DEVICES", 1);
+  return SUCCESS;
+}
+
+CUresult cuDeviceGet(int *dev, int ordinal) {
+  if (ordinal < 0 || ordinal >= env_long("FAKE_CUDA_DEVICES", 1)) return INVALID_DEVICE;
+  *dev = ordinal;
+  return SUCCESS;
+}
+
+CUresult cuDeviceGetName(char *name, int len, int dev) {
+  snprintf(name, (size_t)len, "Fake GPU %d (tests/fake-cuda)", dev);
+  return SUCCESS;
+}
+
+CUresult cuDeviceGetAttribute(int *v, int attr, int dev) {
+  (void)dev;
+  switch (attr) {
+  case 1: case 2: *v = 1024; break;          /* threads per block, block dim x */
+  case 5: *v = 2147483647; break;            /* grid dim x */
+  case 8: *v = 49152; break;                 /* shared memory per block */
+  case 10: *v = 32; break;                   /* warp size */
+  case 13: *v = 1980000; break;              /* clock, kHz */
+  case 16: *v = 132; break;                  /* multiprocessors */
+  case 39: *v = 2048; break;                 /* threads per multiprocessor */
+  case 75: *v = sm() / 10; break;
+  case 76: *v = sm() % 10; break;
+  default: *v = 0;
+  }
+  return SUCCESS;
+}
+
+CUresult cuDeviceTotalMem_v2(size_t *bytes, int dev) {
+  (void)dev;
+  *bytes = (size_t)env_long("FAKE_CUDA_MEM_LIMIT", 80L << 30);
+  return SUCCESS;
+}
+
+CUresult cuDevicePrimaryCtxRetain(void **ctx, int dev) { *ctx = (void *)(uintptr_t)(0x1000 + dev); return SUCCESS; }
+CUresult cuDevicePrimaryCtxRelease_v2(int dev) { (void)dev; return SUCCESS; }
+CUresult cuCtxSetCurrent(void *ctx) { (void)ctx; return SUCCESS; }
+CUresult cuCtxSetLimit(int limit, size_t value) { (void)limit; (void)value; return sticky; }
+
+static const char *names[][2] = {
+  {"CUDA_SUCCESS", "no error"},
+  {"CUDA_ERROR_INVALID_VALUE", "invalid argument"},
+  {"CUDA_ERROR_OUT_OF_MEMORY", "out of memory"},
+  {"CUDA_ERROR_NOT_INITIALIZED", "initialization error"},
+  {"CUDA_ERROR_NO_DEVICE", "no CUDA-capable device is detected"},
+  {"CUDA_ERROR_INVALID_DEVICE", "invalid device ordinal"},
+  {"CUDA_ERROR_INVALID_IMAGE", "device kernel image is invalid"},
+  {"CUDA_ERROR_NO_BINARY_FOR_GPU", "no kernel image is available for execution on the device"},
+  {"CUDA_ERROR_NOT_FOUND", "named symbol not found"},
+  {"CUDA_ERROR_ILLEGAL_ADDRESS", "an illegal memory access was encountered"},
+  {"CUDA_ERROR_LAUNCH_FAILED", "unspecified launch failure"},
+};
+static const int codes[] = {0, 1, 2, 3, 100, 101, 200, 209, 500, 700, 719};
+
+static CUresult error_text(CUresult code, const char **out, int which) {
+  for (size_t i = 0; i < sizeof codes / sizeof codes[0]; i++)
+    if (codes[i] == code) { *out = names[i][which]; return SUCCESS; }
+  return INVALID_VALUE;
+}
+CUresult cuGetErrorName(CUresult code, const char **s) { return error_text(code, s, 0); }
+CUresult cuGetErrorString(CUresult code, const char **s) { return error_text(code, s, 1); }
+
+/* Device memory: malloc with a 16-byte header holding the size (for the limit). */
+static CUresult device_alloc(CUdeviceptr *p, size_t size) {
+  if (sticky) return sticky;
+  if (size == 0) return INVALID_VALUE;
+  if (allocated + size > (size_t)env_long("FAKE_CUDA_MEM_LIMIT", 80L << 30)) return OUT_OF_MEMORY;
+  char *block = malloc(size + 16);
+  if (!block) return OUT_OF_MEMORY;
+  memcpy(block, &size, sizeof size);
+  allocated += size;
+  *p = (CUdeviceptr)(uintptr_t)(block + 16);
+  return SUCCESS;
+}
+CUresult cuMemAlloc_v2(CUdeviceptr *p, size_t size) { return device_alloc(p, size); }
+CUresult cuMemAllocManaged(CUdeviceptr *p, size_t size, unsigned flags) { (void)flags; return device_alloc(p, size); }
+CUresult cuMemFree_v2(CUdeviceptr p) {
+  char *block = (char *)(uintptr_t)p - 16;
+  size_t size;
+  memcpy(&size, block, sizeof size);
+  allocated -= size;
+  free(block);
+  return sticky;
+}
+CUresult cuMemAllocHost_v2(void **p, size_t size) { *p = malloc(size); return *p ? sticky : OUT_OF_MEMORY; }
+CUresult cuMemFreeHost(void *p) { free(p); return sticky; }
+
+CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, void *s) {
+  (void)s;
+  if (sticky) return sticky;
+  memcpy((void *)(uintptr_t)dst, src, n);
+  return SUCCESS;
+}
+CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, void *s) {
+  (void)s;
+  if (sticky) return sticky;
+  memcpy(dst, (const void *)(uintptr_t)src, n);
+  return SUCCESS;
+}
+CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, void *s) {
+  (void)s;
+  if (sticky) return sticky;
+  memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n);
+  return SUCCESS;
+}
+
+/* Modules: a copy of the ELF image; functions and globals looked up in its symbol table. */
+struct module { unsigned char *elf; size_t size; };
+struct function { char name[256]; };
+
+static uint64_t rd(const unsigned char *p, int n) {
+  uint64_t v = 0;
+  for (int i = n - 1; i >= 0; i--) v = v << 8 | p[i];
+  return v;
+}
+
+#define SANE (1ull << 30)
+
+CUresult cuModuleLoadDataEx(void **mod, const void *image, unsigned n, int *opts, void **vals) {
+  (void)n; (void)opts; (void)vals;
+  const unsigned char *e = image;
+  if (sticky) return sticky;
+  if (memcmp(e, "\177ELF", 4) != 0 || e[4] != 2 || rd(e + 18, 2) != 190) return INVALID_IMAGE;
+  uint64_t shoff = rd(e + 0x28, 8), shentsize = rd(e + 0x3a, 2), shnum = rd(e + 0x3c, 2);
+  if (shentsize != 64 || shoff > SANE || shnum > 65535) return INVALID_IMAGE;
+  uint64_t size = shoff + shnum * 64;
+  for (uint64_t i = 0; i < shnum; i++) {
+    const unsigned char *sh = e + shoff + i * 64;
+    uint64_t off = rd(sh + 0x18, 8), len = rd(sh + 0x20, 8);
+    if (rd(sh + 4, 4) == 8) continue; /* NOBITS */
+    if (off > SANE || len > SANE) return INVALID_IMAGE;
+    if (off + len > size) size = off + len;
+  }
+  int flags = (int)rd(e + 48, 4);
+  int image_sm = e[8] >= 8 ? (flags >> 8) & 0xff : flags & 0xff;
+  if (image_sm / 10 != sm() / 10 || image_sm % 10 > sm() % 10) return NO_BINARY_FOR_GPU;
+  struct module *m = malloc(sizeof *m);
+  m->elf = malloc(size);
+  memcpy(m->elf, e, size);
+  m->size = size;
+  *mod = m;
+  return SUCCESS;
+}
+
+CUresult cuModuleUnload(void *mod) {
+  struct module *m = mod;
+  free(m->elf);
+  free(m);
+  return sticky;
+}
+
+/* The symbol NAME: its type, its bytes in the file (NULL for NOBITS) and size. */
+static int find_symbol(struct module *m, const char *name, int *type, const unsigned char **bytes, uint64_t *size) {
+  const unsigned char *e = m->elf;
+  uint64_t shoff = rd(e + 0x28, 8), shnum = rd(e + 0x3c, 2);
+  for (uint64_t i = 0; i < shnum; i++) {
+    const unsigned char *sh = e + shoff + i * 64;
+    if (rd(sh + 4, 4) != 2) continue; /* SYMTAB */
+    const unsigned char *str = e + shoff + rd(sh + 0x28, 4) * 64;
+    const char *strings = (const char *)e + rd(str + 0x18, 8);
+    uint64_t off = rd(sh + 0x18, 8), count = rd(sh + 0x20, 8) / 24;
+    for (uint64_t s = 0; s < count; s++) {
+      const unsigned char *sym = e + off + s * 24;
+      if (strcmp(strings + rd(sym, 4), name) != 0) continue;
+      const unsigned char *home = e + shoff + rd(sym + 6, 2) * 64;
+      *type = sym[4] & 0xf;
+      *size = rd(sym + 16, 8);
+      *bytes = rd(home + 4, 4) == 8 ? NULL : e + rd(home + 0x18, 8) + rd(sym + 8, 8) - rd(home + 0x10, 8);
+      return 1;
+    }
+  }
+  return 0;
+}
+
+CUresult cuModuleGetFunction(void **f, void *mod, const char *name) {
+  int type;
+  const unsigned char *bytes;
+  uint64_t size;
+  if (sticky) return sticky;
+  if (!find_symbol(mod, name, &type, &bytes, &size) || type != 2) return NOT_FOUND;
+  struct function *fn = calloc(1, sizeof *fn);
+  snprintf(fn->name, sizeof fn->name, "%s", name);
+  *f = fn;
+  return SUCCESS;
+}
+
+/* Globals get device memory once per module and name, initialised from the image. */
+struct global { void *mod; char name[256]; CUdeviceptr ptr; size_t size; struct global *next; };
+static struct global *globals;
+
+CUresult cuModuleGetGlobal_v2(CUdeviceptr *ptr, size_t *bytes_out, void *mod, const char *name) {
+  int type;
+  const unsigned char *bytes;
+  uint64_t size;
+  if (sticky) return sticky;
+  for (struct global *g = globals; g; g = g->next)
+    if (g->mod == mod && strcmp(g->name, name) == 0) {
+      if (ptr) *ptr = g->ptr;
+      if (bytes_out) *bytes_out = g->size;
+      return SUCCESS;
+    }
+  if (!find_symbol(mod, name, &type, &bytes, &size) || type != 1) return NOT_FOUND;
+  struct global *g = calloc(1, sizeof *g);
+  g->mod = mod;
+  snprintf(g->name, sizeof g->name, "%s", name);
+  g->size = size;
+  g->ptr = (CUdeviceptr)(uintptr_t)calloc(1, size ? size : 1);
+  if (bytes) memcpy((void *)(uintptr_t)g->ptr, bytes, size);
+  g->next = globals;
+  globals = g;
+  if (ptr) *ptr = g->ptr;
+  if (bytes_out) *bytes_out = g->size;
+  return SUCCESS;
+}
+
+CUresult cuFuncSetAttribute(void *f, int attr, int value) { (void)f; (void)attr; (void)value; return sticky; }
+
+CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
+                        unsigned shared, void *stream, void **params, void **extra) {
+  (void)stream; (void)extra;
+  if (sticky) return sticky;
+  const char *log = getenv("FAKE_CUDA_LOG");
+  if (log && *log) {
+    FILE *out = fopen(log, "a");
+    if (out) {
+      unsigned long long arg0 = 0;
+      if (params && params[0]) memcpy(&arg0, params[0], sizeof arg0);
+      fprintf(out, "launch %s grid=%u,%u,%u block=%u,%u,%u shared=%u arg0=0x%llx\n", ((struct function *)f)->name, gx,
+              gy, gz, bx, by, bz, shared, arg0);
+      fclose(out);
+    }
+  }
+  if (++launches == env_long("FAKE_CUDA_FAIL_LAUNCH", 0)) sticky = ILLEGAL_ADDRESS; /* seen at the next sync */
+  return SUCCESS;
+}
+
+CUresult cuStreamCreate(void **s, unsigned flags) {
+  (void)flags;
+  if (sticky) return sticky;
+  *s = malloc(1);
+  return SUCCESS;
+}
+CUresult cuStreamDestroy_v2(void *s) { free(s); return SUCCESS; }
+CUresult cuStreamSynchronize(void *s) { (void)s; return sticky; }
