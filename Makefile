@@ -1,4 +1,4 @@
-# Top-level entry points. `make demo` and `make test` do their own set-up.
+# Top-level entry points. `make demo`, `make e2e` and `make test` do their own set-up.
 CARGO ?= cargo
 DIST  := dist
 REL   := target/release
@@ -76,10 +76,18 @@ devicertl-bc:
 demo: setup dist
 	./scripts/demo.sh
 
-# Everything: unit tests, end-to-end programs compiled with clang/flang 19 and 22, and
-# LLVM's own offload test suite against our runtime.
-test: setup dist
-	$(CARGO) test --workspace --release
+# Unit tests: every crate but the end-to-end one. Needs neither clang nor dist/.
+unit:
+	$(CARGO) test --workspace --release --exclude omp-e2e
+
+# End-to-end tests: C, C++ and Fortran programs compiled with clang/flang 19 and 22 and run on
+# dist/ (crates/e2e).
+e2e: setup dist
+	$(CARGO) test --release -p omp-e2e
+
+# Everything: unit tests, end-to-end programs, and LLVM's own offload test suite against our
+# runtime. Set-up and dist/ come first, as before.
+test: setup dist unit e2e
 	./scripts/conformance.sh
 	./scripts/conformance.sh --isolate
 
