@@ -1,10 +1,24 @@
 //! Helpers shared by the end-to-end tests: find the toolchains that `scripts/setup.sh`
 //! installed, compile programs with them, and run the results on a chosen runtime.
 //!
-//! The tests expect `make dist` to have run (the README's test command does it).
+//! The tests expect `make dist` to have run (`make e2e` and `make test` do it). Until it has,
+//! they compile but are not tests (each is `#[cfg_attr(omp_e2e, test)]`; see build.rs), and the
+//! build says so in one line; under CI they are always tests, and fail on what is missing.
+
+mod ci;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+
+pub use ci::in_ci;
+
+/// Ends `test` early because a tool it needs is missing (`what`: which, and how to get it).
+/// Under CI that is a failure: this panics. Elsewhere it prints one line saying what was not
+/// tested; the caller returns right after.
+pub fn skip_without(test: &str, what: &str) {
+    assert!(!in_ci(), "{test}: {what} (under CI every test must run)");
+    eprintln!("skipped {test}: {what}");
+}
 
 /// The repository root.
 pub fn repo_root() -> PathBuf {

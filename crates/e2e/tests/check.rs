@@ -2,6 +2,9 @@
 //! program with the bug (tests/programs/check/), silence on correct programs, the checks
 //! that still run without isolation, and the data-movement advice. Needs `make dist`.
 
+// Always compiled; run as tests once `make dist` has run, and always under CI (see build.rs).
+#![cfg_attr(not(omp_e2e), allow(dead_code))]
+
 use omp_e2e::{compile, dist_lib, program, repo_root, run_with, scratch, Llvm, ALL};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -62,7 +65,7 @@ fn one_finding(o: &Output, want: &[&str]) -> String {
 
 const CHECK: (&str, &str) = ("LIBOMPTARGET_CHECK", "1");
 
-#[test]
+#[cfg_attr(omp_e2e, test)]
 fn the_documented_sum_example_names_a_its_place_and_the_fix() {
     for llvm in ALL {
         let exe = build(llvm, "check/sum.cpp", &[]);
@@ -89,7 +92,7 @@ fn the_documented_sum_example_names_a_its_place_and_the_fix() {
     one_finding(&run(&exe, &[CHECK]), &["unmapped access", "`A`", "sum.c:5:1", "map(to: A[0:N])"]);
 }
 
-#[test]
+#[cfg_attr(omp_e2e, test)]
 fn without_debug_information_the_finding_says_how_to_get_names() {
     let exe = build(Llvm::V22, "check/sum.cpp", &["-g0"]);
     let f = one_finding(&run(&exe, &[CHECK]), &["unmapped access", "build with -g or -gline-tables-only"]);
@@ -117,7 +120,7 @@ const C_BUGS: [(&str, &[&str]); 5] = [
     ("check/leak.c", &["leak", "`d[0:4096]`", "leak.c:8:1", "#pragma omp target exit data map(release: d[0:4096])"]),
 ];
 
-#[test]
+#[cfg_attr(omp_e2e, test)]
 fn each_finding_in_c() {
     for (rel, want) in C_BUGS {
         let exe = build(Llvm::V22, rel, &[]);
@@ -127,7 +130,7 @@ fn each_finding_in_c() {
     }
 }
 
-#[test]
+#[cfg_attr(omp_e2e, test)]
 fn a_bug_met_in_every_iteration_is_said_once_and_counted() {
     let exe = build(Llvm::V22, "check/uninit_loop.c", &[]);
     let o = run(&exe, &[CHECK]);
@@ -137,7 +140,7 @@ fn a_bug_met_in_every_iteration_is_said_once_and_counted() {
     assert_eq!(f[1], "omptarget check: 63 more findings like the ones above not printed (each kind is said once per variable and construct)");
 }
 
-#[test]
+#[cfg_attr(omp_e2e, test)]
 fn each_finding_in_fortran() {
     let cases: [(&str, &[&str]); 5] = [
         ("check/stale.f90", &["stale device data", "`a`", "stale.f90:11", "stale.f90:9", "!$omp target update to(a)"]),
@@ -155,7 +158,7 @@ fn each_finding_in_fortran() {
 /// Correct programs: no finding, and the same output as without the checker.
 /// (runtime/data_regions.c is not among them: it shows on purpose that a `map(to:)` array
 /// a kernel changes keeps its host values, which the checker reports as discarded results.)
-#[test]
+#[cfg_attr(omp_e2e, test)]
 fn correct_programs_are_silent() {
     let mut exes: Vec<(String, PathBuf)> = Vec::new();
     for llvm in ALL {
@@ -179,7 +182,7 @@ fn correct_programs_are_silent() {
 
 /// On a device that shares the program's memory, the checks that need isolation are
 /// skipped and the others still run.
-#[test]
+#[cfg_attr(omp_e2e, test)]
 fn without_isolation_only_the_checks_that_need_it_are_skipped() {
     let not_isolated = [CHECK, ("LIBOMPTARGET_ISOLATE", "0")];
     let discarded = build(Llvm::V22, "check/discarded.c", &[]);
@@ -191,7 +194,7 @@ fn without_isolation_only_the_checks_that_need_it_are_skipped() {
     assert!(o.status.success() && findings(&o).is_empty(), "{}", text(&o.stderr));
 }
 
-#[test]
+#[cfg_attr(omp_e2e, test)]
 fn the_advisor_sums_avoidable_transfers_and_allocations() {
     let exe = build(Llvm::V22, "check/advice.c", &[]);
     let o = run(&exe, &[("LIBOMPTARGET_CHECK", "perf")]);

@@ -2,6 +2,9 @@
 //! it gives instead of device-link failures or run-time crashes): C and Fortran programs under
 //! `tests/programs/declare_target`, built with clang/flang 19 and 22 and run on our runtime.
 
+// Always compiled; run as tests once `make dist` has run, and always under CI (see build.rs).
+#![cfg_attr(not(omp_e2e), allow(dead_code))]
+
 use omp_e2e::{program, repo_root, run_with, scratch, Llvm, ALL};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -42,8 +45,11 @@ fn run(exe: &Path) -> String {
     must(&o, &format!("running {}", exe.display()))
 }
 
-fn has_devicertl() -> bool {
-    repo_root().join("dist/lib/libomptarget.devicertl.a").exists()
+/// Runs a Fortran program, which needs the CPU device runtime `make dist` builds.
+fn run_fortran(exe: &Path) -> String {
+    let devicertl = repo_root().join("dist/lib/libomptarget.devicertl.a");
+    assert!(devicertl.exists(), "{} is missing: run `make dist`", devicertl.display());
+    run(exe)
 }
 
 /// The report line of a function: its columns after the name.
@@ -54,7 +60,7 @@ fn row<'a>(report: &'a str, name: &str) -> &'a str {
         .unwrap_or_else(|| panic!("no row for {name} in:\n{report}"))
 }
 
-#[test]
+#[cfg_attr(omp_e2e, test)]
 fn c_marks_chain_recursion_and_function_pointer() {
     for llvm in ALL {
         let dir = scratch(&format!("dt-marks-{}", llvm.major()));
@@ -85,7 +91,7 @@ fn c_marks_chain_recursion_and_function_pointer() {
     }
 }
 
-#[test]
+#[cfg_attr(omp_e2e, test)]
 fn c_host_only_function_reached_from_target_region_is_an_error() {
     for llvm in ALL {
         let dir = scratch(&format!("dt-hostonly-{}", llvm.major()));
@@ -108,7 +114,7 @@ fn c_host_only_function_reached_from_target_region_is_an_error() {
     }
 }
 
-#[test]
+#[cfg_attr(omp_e2e, test)]
 fn c_callee_in_another_file() {
     for llvm in ALL {
         let dir = scratch(&format!("dt-xfile-{}", llvm.major()));
@@ -152,7 +158,7 @@ fn c_callee_in_another_file() {
 /// `ompcc -c` keeps each file's facts in its object: the link finds the same cross-file error
 /// as one command given both sources, from objects and from a static archive, and the good
 /// program links and runs.
-#[test]
+#[cfg_attr(omp_e2e, test)]
 fn c_callee_in_another_file_compiled_separately() {
     for llvm in ALL {
         let dir = scratch(&format!("dt-sep-{}", llvm.major()));
@@ -197,7 +203,7 @@ fn c_callee_in_another_file_compiled_separately() {
     }
 }
 
-#[test]
+#[cfg_attr(omp_e2e, test)]
 fn fortran_module_function_chain_and_merge() {
     for llvm in ALL {
         let dir = scratch(&format!("dt-fmod-{}", llvm.major()));
@@ -220,15 +226,11 @@ fn fortran_module_function_chain_and_merge() {
                 && err.contains("merged to device_type(any)"),
             "{err}"
         );
-        if has_devicertl() {
-            assert_eq!(run(&dir.join("app")).trim(), "r=52 s=203 t=42");
-        } else {
-            eprintln!("SKIPPING the run of modfunc.f90: dist/lib/libomptarget.devicertl.a is missing");
-        }
+        assert_eq!(run_fortran(&dir.join("app")).trim(), "r=52 s=203 t=42");
     }
 }
 
-#[test]
+#[cfg_attr(omp_e2e, test)]
 fn fortran_function_pointer_into_target_region() {
     for llvm in ALL {
         let dir = scratch(&format!("dt-fptr-{}", llvm.major()));
@@ -248,15 +250,11 @@ fn fortran_function_pointer_into_target_region() {
         let report = must(&o, "ompcc -DMARK funptr.f90");
         assert!(row(&report, "cb").contains("explicit"), "{report}");
         assert!(row(&report, "apply").contains("explicit"), "{report}");
-        if has_devicertl() {
-            assert_eq!(run(&dir.join("good")).trim(), "x=111");
-        } else {
-            eprintln!("SKIPPING the run of funptr.f90: dist/lib/libomptarget.devicertl.a is missing");
-        }
+        assert_eq!(run_fortran(&dir.join("good")).trim(), "x=111");
     }
 }
 
-#[test]
+#[cfg_attr(omp_e2e, test)]
 fn analysis_is_off_by_default() {
     let dir = scratch("dt-off");
     let o = ompcc_in(&dir, Llvm::V22, &["-fopenmp", "-###", &src("host_only_called.c"), "-o", "app"]);

@@ -7,6 +7,9 @@
 //! No GPU here: the AMDGPU back end and ld.lld build the code objects; the runtime side is
 //! checked on the host devices.
 
+// Always compiled; run as tests once `make dist` has run, and always under CI (see build.rs).
+#![cfg_attr(not(omp_e2e), allow(dead_code))]
+
 use omp_e2e::{program, repo_root, run_with, scratch, Llvm};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -147,7 +150,7 @@ fn same_amdgcn_image_as_clang(name: &str, source: &str, spellings: &[&[&str]], g
     }
 }
 
-#[test]
+#[cfg_attr(omp_e2e, test)]
 fn amdgcn_c_image_matches_clang19s_in_every_spelling() {
     same_amdgcn_image_as_clang(
         "c",
@@ -161,7 +164,7 @@ fn amdgcn_c_image_matches_clang19s_in_every_spelling() {
     );
 }
 
-#[test]
+#[cfg_attr(omp_e2e, test)]
 fn amdgcn_cxx_image_matches_clang19s() {
     same_amdgcn_image_as_clang(
         "cxx",
@@ -173,12 +176,12 @@ fn amdgcn_cxx_image_matches_clang19s() {
 
 /// flang 19 compiles for amdgcn too (though flang 19 itself lacks some GPU constructs, e.g.
 /// `distribute parallel do`): the same image as flang's own driver.
-#[test]
+#[cfg_attr(omp_e2e, test)]
 fn amdgcn_fortran_image_matches_flang19s() {
     same_amdgcn_image_as_clang("f90", "gpu_kernels.f90", &[&["--offload-arch=gfx90a"]], &["_QMgpu_dataEweights"]);
 }
 
-#[test]
+#[cfg_attr(omp_e2e, test)]
 fn clang22_without_a_gpu_device_runtime_is_one_clear_error() {
     let dir = scratch("gpu-clang22-no-rtl");
     let s = src("gpu_kernels.c");
@@ -202,7 +205,7 @@ fn clang22_without_a_gpu_device_runtime_is_one_clear_error() {
     assert!(err.contains("/nonexistent/rtl.bc not found"), "{err}");
 }
 
-#[test]
+#[cfg_attr(omp_e2e, test)]
 fn nvptx_without_cuda_is_one_clear_error() {
     let dir = scratch("gpu-nvptx-no-cuda");
     let s = src("gpu_kernels.c");
@@ -220,7 +223,7 @@ fn nvptx_without_cuda_is_one_clear_error() {
     }
 }
 
-#[test]
+#[cfg_attr(omp_e2e, test)]
 fn three_targets_each_get_an_image_and_the_host_part_runs() {
     let dir = scratch("gpu-three-targets");
     let s = src("gpu_kernels.c");
@@ -299,7 +302,7 @@ fn three_targets_each_get_an_image_and_the_host_part_runs() {
     assert!(unserved[0].contains("(triple amdgcn-amd-amdhsa, arch gfx90a)"), "{}", unserved[0]);
 }
 
-#[test]
+#[cfg_attr(omp_e2e, test)]
 fn an_image_no_device_runs_is_reported_once_and_offload_policy_decides() {
     let dir = scratch("gpu-unserved");
     let s = src("gpu_kernels.c");
@@ -327,7 +330,7 @@ fn an_image_no_device_runs_is_reported_once_and_offload_policy_decides() {
     }
 }
 
-#[test]
+#[cfg_attr(omp_e2e, test)]
 fn a_failed_device_link_explains_the_missing_declare_target() {
     let dt = |f: &str| program(&format!("declare_target/{f}")).to_string_lossy().into_owned();
     for llvm in [Llvm::V19, Llvm::V22] {
@@ -353,7 +356,7 @@ fn a_failed_device_link_explains_the_missing_declare_target() {
     }
 }
 
-#[test]
+#[cfg_attr(omp_e2e, test)]
 fn a_missing_rocm_device_library_is_one_clear_error() {
     let dir = scratch("gpu-no-rocm");
     let s = src("gpu_kernels.c");
@@ -374,7 +377,7 @@ fn a_missing_rocm_device_library_is_one_clear_error() {
     }
 }
 
-#[test]
+#[cfg_attr(omp_e2e, test)]
 fn amdgcn_objects_link_both_ways_with_clang19() {
     let dir = scratch("gpu-objects");
     let s = src("gpu_kernels.c");

@@ -2,6 +2,8 @@
 //! `proto/offload.proto`, plus the constants both ends agree on.
 
 #[allow(clippy::all, clippy::pedantic, missing_docs)]
+// Generated code need not be tidy, but it must build with `rust-version`.
+#[warn(clippy::incompatible_msrv)]
 pub mod pb {
     tonic::include_proto!("omp.remote.v1");
 }
