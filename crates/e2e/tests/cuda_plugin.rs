@@ -7,6 +7,9 @@
 //! a faulting kernel (the device lost, reported once, OMP_TARGET_OFFLOAD followed), device
 //! memory exhausted, and a program without an nvptx64 image left exactly as before.
 
+// Always compiled; run as tests once `make dist` has run, and always under CI (see build.rs).
+#![cfg_attr(not(omp_e2e), allow(dead_code))]
+
 use omp_e2e::{dist_lib, program, repo_root, scratch, Llvm};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -120,7 +123,7 @@ fn launch_log(test: &str) -> PathBuf {
     dir.join("launches.log")
 }
 
-#[test]
+#[cfg_attr(omp_e2e, test)]
 fn each_fake_gpu_is_a_device_after_the_host_devices_and_none_is_silent() {
     let exe = build("launches", true);
     let (out, err) = text(&run(&exe, true, &[("FAKE_CUDA_DEVICES", "2"), ("OMP_DEFAULT_DEVICE", "5")]));
@@ -140,7 +143,7 @@ fn each_fake_gpu_is_a_device_after_the_host_devices_and_none_is_silent() {
     assert!(err.contains("CUDA plugin: no devices: the CUDA driver found no device (CUDA_ERROR_NO_DEVICE)"), "{err}");
 }
 
-#[test]
+#[cfg_attr(omp_e2e, test)]
 fn without_a_driver_the_reason_is_given_under_debug_only() {
     let exe = build("launches", true);
     let (_, err) = text(&run(&exe, false, &[("LIBOMPTARGET_DEBUG", "1")]));
@@ -175,7 +178,7 @@ fn launches(err: &str, log: &Path) -> (Vec<InfoLaunch>, Vec<LoggedLaunch>) {
     (info, logged)
 }
 
-#[test]
+#[cfg_attr(omp_e2e, test)]
 fn launches_follow_llvms_rules_and_llvms_info_lines_say_so() {
     let exe = build("launches", true);
     let log = launch_log("launches");
@@ -215,7 +218,7 @@ fn launches_follow_llvms_rules_and_llvms_info_lines_say_so() {
     }
 }
 
-#[test]
+#[cfg_attr(omp_e2e, test)]
 fn a_faulting_kernel_loses_the_device_once_and_the_policy_ends_the_program() {
     let exe = build("fault", true);
     for policy in [Some("MANDATORY"), None] {
@@ -245,7 +248,7 @@ fn a_faulting_kernel_loses_the_device_once_and_the_policy_ends_the_program() {
     }
 }
 
-#[test]
+#[cfg_attr(omp_e2e, test)]
 fn an_image_for_another_sm_is_refused_with_both_names() {
     let exe = build("launches", true);
     let log = launch_log("arch");
@@ -268,7 +271,7 @@ fn an_image_for_another_sm_is_refused_with_both_names() {
     assert!(!log.exists(), "nothing was launched");
 }
 
-#[test]
+#[cfg_attr(omp_e2e, test)]
 fn a_corrupted_cubin_is_a_clear_error() {
     let exe = build("launches", true);
     let mut bytes = std::fs::read(&exe).unwrap();
@@ -294,7 +297,7 @@ fn a_corrupted_cubin_is_a_clear_error() {
     );
 }
 
-#[test]
+#[cfg_attr(omp_e2e, test)]
 fn exhausted_device_memory_is_reported_as_the_drivers_out_of_memory() {
     let exe = build("big", true);
     let o = run(
@@ -309,7 +312,7 @@ fn exhausted_device_memory_is_reported_as_the_drivers_out_of_memory() {
     assert!(!err.contains("was lost"), "out of memory leaves the device usable:\n{err}");
 }
 
-#[test]
+#[cfg_attr(omp_e2e, test)]
 fn a_program_without_an_nvptx64_image_is_untouched_by_the_driver() {
     let exe = build("launches", false);
     let log = launch_log("x86-only");
