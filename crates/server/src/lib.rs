@@ -2,6 +2,8 @@
 //! elsewhere, over gRPC. Each client program gets a session whose kernels, images and
 //! memory live in a worker process of their own.
 
+#![forbid(unsafe_code)]
+
 mod auth;
 pub mod config;
 pub mod relay;
