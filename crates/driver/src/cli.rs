@@ -2,6 +2,7 @@
 
 use crate::args::{self, Action};
 use crate::bail;
+use crate::diag;
 use crate::driver;
 use crate::error::{Error, Result};
 use crate::inspect;
@@ -48,7 +49,7 @@ pub fn run(argv: &[String]) -> Result<i32> {
     let prog = argv.first().map_or("ompcc", String::as_str);
     let args = args::parse(prog, argv.get(1..).unwrap_or(&[]))?;
     for w in &args.warnings {
-        eprintln!("ompcc: warning: {w}");
+        diag::warning(w);
     }
     match &args.action {
         Action::Help => out(&format!("{HELP}\n"))?,
@@ -67,7 +68,7 @@ pub fn run(argv: &[String]) -> Result<i32> {
                 match inspect::list(f) {
                     Ok(text) => out(&text)?,
                     Err(e) => {
-                        eprintln!("ompcc: error: {e}");
+                        diag::error(&e);
                         failed = true;
                     }
                 }
@@ -87,14 +88,19 @@ pub fn run(argv: &[String]) -> Result<i32> {
     Ok(0)
 }
 
-/// The whole program: runs ompcc on `argv` and returns its exit status (an error is one line
-/// on stderr and status 1).
+/// The whole program: runs ompcc on `argv` and returns its exit status. An error is one line
+/// on stderr and status 1; so is a stderr that could not be written ([`crate::diag`]).
 pub fn main(argv: &[String]) -> i32 {
-    match run(argv) {
+    let status = match run(argv) {
         Ok(status) => status,
         Err(e) => {
-            eprintln!("ompcc: error: {e}");
+            diag::error(&e);
             1
         }
+    };
+    if diag::stderr_failed() {
+        1
+    } else {
+        status
     }
 }

@@ -298,7 +298,7 @@ pub fn link_command(args: &Args, clang: &Tool, triple: &str, arch: &str, objs: &
         if !args.dry_run {
             return Err(e);
         }
-        eprintln!("# ompcc: a real build would stop here: {e}");
+        crate::diag::line(&format!("# ompcc: a real build would stop here: {e}"));
         Ok(PathBuf::from(format!("<{what} not found>")))
     };
     if let Err(e) = require_arch(triple, arch) {

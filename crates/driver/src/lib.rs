@@ -12,6 +12,7 @@ pub mod classify;
 pub mod cli;
 pub mod declare_target;
 pub mod depfile;
+pub mod diag;
 pub mod driver;
 pub mod embed;
 pub mod error;
