@@ -5,8 +5,9 @@
 //!   carries its device images in a `.llvm.offloading` section; the object made from it keeps
 //!   that section, so the link finds them as in any other object. A clang-offload-bundler bundle
 //!   (clang's old offload driver) is refused: its device parts would be lost;
-//! * `-fsyntax-only`: the compiler checks the source for the host and for every offload target
-//!   itself; each target gets its group's options through `-Xopenmp-target=T` (clang only).
+//! * `-fsyntax-only`: the compiler checks the source for the host, then for each offload target
+//!   (one command each, so a failure names its target); each target gets its group's options
+//!   through `-Xopenmp-target=T` (clang only).
 
 use crate::args::{Input, Lang};
 use crate::bail;
@@ -25,19 +26,11 @@ pub fn compile(ctx: &Ctx, input: &Input, lang: Lang, emit: Emit, out: Option<&Pa
     if lang.host_only() {
         refuse_old_bundle(name)?;
     }
-    let mut c = Cmd::new(tool.path.to_string_lossy(), format!("{name}: compile"));
     if emit == Emit::SyntaxOnly && !lang.host_only() && ctx.args.offloading() {
-        let triples: Vec<&str> = ctx.args.targets.iter().map(|t| t.triple.as_str()).collect();
-        c.arg("-fopenmp").arg(format!("-fopenmp-targets={}", triples.join(",")));
-        // flang has no -Xopenmp-target: its device check runs with the common options only.
-        for t in ctx.args.targets.iter().filter(|_| lang != Lang::Fortran) {
-            for o in t.opts.iter().filter(|o| !matches!(classify(o), Class::Link | Class::Deps)) {
-                for a in joined(o) {
-                    c.arg(format!("-Xopenmp-target={}", t.triple)).arg(a);
-                }
-            }
-        }
-    } else if ctx.args.openmp && !lang.host_only() {
+        return syntax_check(ctx, input, lang);
+    }
+    let mut c = Cmd::new(tool.path.to_string_lossy(), format!("{name}: compile"));
+    if ctx.args.openmp && !lang.host_only() {
         c.arg("-fopenmp");
     }
     for o in ctx.args.host_opts().filter(|o| !matches!(classify(o), Class::Link | Class::Deps)) {
@@ -74,6 +67,58 @@ pub fn compile(ctx: &Ctx, input: &Input, lang: Lang, emit: Emit, out: Option<&Pa
     }
     ctx.runner.run(&c)?;
     Ok(Compiled { host: host.unwrap_or_default(), devices: Vec::new(), dt: None })
+}
+
+/// `-fsyntax-only` of an offloading build: the compiler checks the source for the host first
+/// (`--offload-host-only`), then for each offload target (`--offload-device-only`, side by
+/// side), so a failure names its target as `-c` does ("a.c: compile for offload target T
+/// failed") and an error in code both compile is reported once. Each target gets its group's
+/// options (`-Xopenmp-target=T`, clang only: flang has none).
+fn syntax_check(ctx: &Ctx, input: &Input, lang: Lang) -> Result<Compiled> {
+    let tool = ctx.tool(lang)?;
+    let name = &input.path;
+    let all: Vec<&str> = ctx.args.targets.iter().map(|t| t.triple.as_str()).collect();
+    let command = |what: String, triples: &[&str], which: &str, extra: Vec<String>, deps: bool| {
+        let mut c = Cmd::new(tool.path.to_string_lossy(), what);
+        c.arg("-fopenmp").arg(format!("-fopenmp-targets={}", triples.join(","))).arg(which);
+        c.args(extra);
+        for o in ctx.args.host_opts().filter(|o| !matches!(classify(o), Class::Link | Class::Deps)) {
+            c.args(o.iter().cloned());
+        }
+        if deps {
+            c.args(crate::depfile::host_args(ctx.args, input));
+        }
+        if ctx.args.verbose {
+            c.arg("-v");
+        }
+        c.arg("-fsyntax-only");
+        if let Some(x) = &input.x {
+            c.arg("-x").arg(x.clone());
+        }
+        c.arg(name.clone());
+        c
+    };
+    let host = command(format!("{name}: host compile"), &all, "--offload-host-only", Vec::new(), true);
+    ctx.runner.run(&host)?;
+    let devices: Vec<Cmd> = ctx
+        .args
+        .targets
+        .iter()
+        .map(|t| {
+            let mut group = Vec::new();
+            for o in
+                t.opts.iter().filter(|o| lang != Lang::Fortran && !matches!(classify(o), Class::Link | Class::Deps))
+            {
+                for a in joined(o) {
+                    group.extend([format!("-Xopenmp-target={}", t.triple), a]);
+                }
+            }
+            let what = format!("{name}: compile for offload target {}", t.triple);
+            command(what, &[t.triple.as_str()], "--offload-device-only", group, false)
+        })
+        .collect();
+    crate::pipeline::run_all(ctx.runner, devices.iter())?;
+    Ok(Compiled { host: PathBuf::new(), devices: Vec::new(), dt: None })
 }
 
 /// `-I dir` → `-Idir`: `-Xopenmp-target=T` passes one argument.

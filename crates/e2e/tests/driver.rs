@@ -258,18 +258,32 @@ fn source_failing_only_for_the_device_names_the_target() {
     let src = driver("device_only_error.c");
     let s = src.to_str().unwrap();
     must(ompcc_in(&dir, Llvm::V22, &["-fopenmp", s, "-o", "ok"]), "the host-and-device build");
-    let o = ompcc_in(
-        &dir,
-        Llvm::V22,
-        &["-fopenmp", "--target-offload=x86_64-pc-linux-gnu", "-DDEVICE_BREAK", "--host", s, "-o", "bad"],
-    );
-    assert!(!o.status.success());
-    let err = stderr(&o);
-    let last = err.lines().last().unwrap_or_default();
-    assert!(
-        last.contains("ompcc: error:") && last.contains("compile for offload target x86_64-pc-linux-gnu failed"),
-        "{err}"
-    );
+    // A link, -c and (issue 24 item 5) -fsyntax-only name the target alike.
+    for mode in [&["-o", "bad"][..], &["-c", "-o", "bad.o"], &["-fsyntax-only"]] {
+        let mut args = vec!["-fopenmp", "--target-offload=x86_64-pc-linux-gnu", "-DDEVICE_BREAK", "--host", s];
+        args.extend_from_slice(mode);
+        let o = ompcc_in(&dir, Llvm::V22, &args);
+        assert!(!o.status.success(), "{mode:?}");
+        let err = stderr(&o);
+        let last = err.lines().last().unwrap_or_default();
+        assert!(
+            last.contains("ompcc: error:") && last.contains("compile for offload target x86_64-pc-linux-gnu failed"),
+            "{mode:?}: {err}"
+        );
+        assert_eq!(err.matches("error: use of undeclared identifier 'no_such_variable'").count(), 1, "{mode:?}: {err}");
+    }
+    // An error both compiles see is the host's, said once, as -c says it.
+    std::fs::write(dir.join("both.c"), "int main(void) { return nope; }\n").unwrap();
+    for mode in ["-c", "-fsyntax-only"] {
+        let o = ompcc_in(&dir, Llvm::V22, &["-fopenmp", mode, "both.c"]);
+        let err = stderr(&o);
+        assert_eq!(
+            err.lines().last(),
+            Some("ompcc: error: both.c: host compile failed (exit code 1)"),
+            "{mode}: {err}"
+        );
+        assert_eq!(err.matches("undeclared identifier 'nope'").count(), 1, "{mode}: {err}");
+    }
 }
 
 /// Issue 24 item 2: ompcc whose stderr cannot be written (`2>/dev/full`, a reader that went
