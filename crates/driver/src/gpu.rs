@@ -277,8 +277,8 @@ fn ask_includes(clang: &Tool, cxx: bool, triple: &str, arch: &str) -> Result<Vec
 }
 
 /// Without a CUDA installation clang (19 to 22) asks for PTX 4.2 (`+ptx42`), which LLVM 22's
-/// NVPTX back end refuses for any architecture newer than sm_62 ("PTX version 4.2 does not
-/// support target 'sm_80'", a crash even under `-emit-llvm`). `--cuda-feature=` (empty) takes
+/// NVPTX back end refuses for sm_60 and later ("PTX version 4.2 does not support target
+/// 'sm_80'", a crash even under `-emit-llvm`). `--cuda-feature=` (empty) takes
 /// clang's choice away, and the back end then uses the lowest PTX version the architecture
 /// supports (7.0 for sm_80, 7.8 for sm_90). With a CUDA installation, clang's choice (that
 /// CUDA's PTX version) stays.
