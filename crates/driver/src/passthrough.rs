@@ -100,23 +100,24 @@ fn syntax_check(ctx: &Ctx, input: &Input, lang: Lang) -> Result<Compiled> {
     };
     let host = command(format!("{name}: host compile"), &all, "--offload-host-only", Vec::new(), true);
     ctx.runner.run(&host)?;
-    let devices: Vec<Cmd> = ctx
-        .args
-        .targets
-        .iter()
-        .map(|t| {
-            let mut group = Vec::new();
-            for o in
-                t.opts.iter().filter(|o| lang != Lang::Fortran && !matches!(classify(o), Class::Link | Class::Deps))
-            {
-                for a in joined(o) {
-                    group.extend([format!("-Xopenmp-target={}", t.triple), a]);
-                }
+    let mut devices = Vec::new();
+    for t in &ctx.args.targets {
+        let mut group = Vec::new();
+        if lang != Lang::Fortran && crate::gpu::is_gpu(&t.triple) {
+            // As the device compile of -c: no CUDA or ROCm bitcode libraries (nothing is linked).
+            match crate::gpu::rocm_device_libs(ctx.args)? {
+                Some(rocm) if t.triple.starts_with("amdgcn") => group.push(rocm),
+                _ => group.push("-nogpulib".to_string()),
             }
-            let what = format!("{name}: compile for offload target {}", t.triple);
-            command(what, &[t.triple.as_str()], "--offload-device-only", group, false)
-        })
-        .collect();
+        }
+        for o in t.opts.iter().filter(|o| lang != Lang::Fortran && !matches!(classify(o), Class::Link | Class::Deps)) {
+            for a in joined(o) {
+                group.extend([format!("-Xopenmp-target={}", t.triple), a]);
+            }
+        }
+        let what = format!("{name}: compile for offload target {}", t.triple);
+        devices.push(command(what, &[t.triple.as_str()], "--offload-device-only", group, false));
+    }
     crate::pipeline::run_all(ctx.runner, devices.iter())?;
     Ok(Compiled { host: PathBuf::new(), devices: Vec::new(), dt: None })
 }

@@ -229,6 +229,8 @@ fn nvptx_compile_with_clang22_needs_no_cuda() {
     let o = must(ompcc_in(&dir, Llvm::V22, &["-fopenmp", "--offload-arch=sm_80", "-c", &s, "-o", "k.o"]), "ompcc -c");
     let (_, err) = text(&o);
     assert!(!err.contains("PTX version"), "{err}");
+    // Nor does -fsyntax-only (no CUDA or ROCm bitcode library is linked, as for -c).
+    must(ompcc_in(&dir, Llvm::V22, &["-fopenmp", "--offload-arch=sm_80,gfx90a", "-fsyntax-only", &s]), "-fsyntax-only");
     let list = tool(ompcc().to_str().unwrap(), &["--offload-list", dir.join("k.o").to_str().unwrap()]);
     assert!(list.contains("triple=nvptx64-nvidia-cuda arch=sm_80 kind=openmp image=bc"), "{list}");
     // The device bitcode leaves the PTX version to LLVM's NVPTX back end, which picks one
