@@ -75,6 +75,14 @@ pub fn compile(ctx: &Ctx, input: &Input, lang: Lang, emit: Emit, out: Option<&Pa
 /// failed") and an error in code both compile is reported once. Each target gets its group's
 /// options (`-Xopenmp-target=T`, clang only: flang has none).
 fn syntax_check(ctx: &Ctx, input: &Input, lang: Lang) -> Result<Compiled> {
+    let (host, devices) = syntax_commands(ctx, input, lang)?;
+    ctx.runner.run(&host)?;
+    crate::pipeline::run_all(ctx.runner, devices.iter())?;
+    Ok(Compiled { host: PathBuf::new(), devices: Vec::new(), dt: None })
+}
+
+/// The commands of [`syntax_check`]: the host's, then one per offload target.
+fn syntax_commands(ctx: &Ctx, input: &Input, lang: Lang) -> Result<(Cmd, Vec<Cmd>)> {
     let tool = ctx.tool(lang)?;
     let name = &input.path;
     let all: Vec<&str> = ctx.args.targets.iter().map(|t| t.triple.as_str()).collect();
@@ -99,7 +107,6 @@ fn syntax_check(ctx: &Ctx, input: &Input, lang: Lang) -> Result<Compiled> {
         c
     };
     let host = command(format!("{name}: host compile"), &all, "--offload-host-only", Vec::new(), true);
-    ctx.runner.run(&host)?;
     let mut devices = Vec::new();
     for t in &ctx.args.targets {
         let mut group = Vec::new();
@@ -118,8 +125,7 @@ fn syntax_check(ctx: &Ctx, input: &Input, lang: Lang) -> Result<Compiled> {
         let what = format!("{name}: compile for offload target {}", t.triple);
         devices.push(command(what, &[t.triple.as_str()], "--offload-device-only", group, false));
     }
-    crate::pipeline::run_all(ctx.runner, devices.iter())?;
-    Ok(Compiled { host: PathBuf::new(), devices: Vec::new(), dt: None })
+    Ok((host, devices))
 }
 
 /// `-I dir` → `-Idir`: `-Xopenmp-target=T` passes one argument.
@@ -143,4 +149,62 @@ fn refuse_old_bundle(path: &str) -> Result<()> {
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::exec::Runner;
+    use crate::temps::Temps;
+    use crate::toolchain::{Tool, Toolchain};
+
+    #[test]
+    fn syntax_only_checks_the_host_then_each_target_by_name() {
+        let line = "-fopenmp -O1 --target-offload=x86_64-pc-linux-gnu -DDEV --target-offload=nvptx64 -march=sm_80 --host -fsyntax-only a.c";
+        let v: Vec<String> = line.split_whitespace().map(String::from).collect();
+        let args = crate::args::parse("ompcc", &v).unwrap();
+        let tc = Toolchain::of(Tool { path: "/usr/bin/clang-22".into(), major: 22 }, None);
+        let temps = Temps::new(false, true).unwrap();
+        let ctx = Ctx { args: &args, tc: &tc, temps: &temps, runner: Runner { dry_run: true, verbose: false } };
+        let (host, devices) = syntax_commands(&ctx, &args.inputs[0], Lang::C).unwrap();
+        assert_eq!(host.what, "a.c: host compile");
+        assert_eq!(
+            host.args,
+            [
+                "-fopenmp",
+                "-fopenmp-targets=x86_64-pc-linux-gnu,nvptx64-nvidia-cuda",
+                "--offload-host-only",
+                "-O1",
+                "-fsyntax-only",
+                "a.c"
+            ]
+        );
+        let whats: Vec<&str> = devices.iter().map(|c| c.what.as_str()).collect();
+        assert_eq!(
+            whats,
+            [
+                "a.c: compile for offload target x86_64-pc-linux-gnu",
+                "a.c: compile for offload target nvptx64-nvidia-cuda"
+            ]
+        );
+        assert_eq!(
+            devices[0].args,
+            [
+                "-fopenmp",
+                "-fopenmp-targets=x86_64-pc-linux-gnu",
+                "--offload-device-only",
+                "-Xopenmp-target=x86_64-pc-linux-gnu",
+                "-DDEV",
+                "-O1",
+                "-fsyntax-only",
+                "a.c"
+            ]
+        );
+        let gpu = devices[1].args.join(" ");
+        assert!(
+            gpu.contains("--offload-device-only -nogpulib -Xopenmp-target=nvptx64-nvidia-cuda -march=sm_80"),
+            "{gpu}"
+        );
+        assert!(!gpu.contains("DDEV") && !host.args.join(" ").contains("DDEV"), "a group's option is its target's");
+    }
 }
