@@ -233,7 +233,7 @@ static INCLUDES: Mutex<Option<HashMap<IncludeKey, IncludeCell>>> = Mutex::new(No
 /// `clang --target=<triple>` lacks, as options for the latter: its include paths (the OpenMP
 /// wrapper headers, clang's own headers, the host's system headers, in clang's order:
 /// `-nostdinc` and `-Xclang` pairs) and, for NVPTX without a CUDA installation, a PTX version
-/// the architecture accepts ([`ptx_version`]). Asked of clang (`--offload-device-only -###`)
+/// the architecture accepts (`ptx_version`). Asked of clang (`--offload-device-only -###`)
 /// once per compiler, language and target; sources compiled in parallel wait for the one
 /// answer.
 pub fn device_options(clang: &Tool, lang: Lang, triple: &str, arch: &str) -> Result<Vec<String>> {
