@@ -1,4 +1,4 @@
-//! The gRPC service: each call finds its session ([`crate::session`]), checks what it asks for
+//! The gRPC service: each call finds its session (`session.rs`), checks what it asks for
 //! against the session's limits and handles, and relays it to the session's worker.
 
 use crate::auth::{same_secret, session_key};
