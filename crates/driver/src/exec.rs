@@ -2,7 +2,6 @@
 
 use crate::bail;
 use crate::error::Result;
-use std::io::Write;
 use std::process::{Command, Stdio};
 
 /// One external command and what it does, for messages.
@@ -67,7 +66,7 @@ impl Runner {
     /// Prints a note line (a `#` comment) where commands are printed.
     pub fn note(&self, line: &str) {
         if self.dry_run || self.verbose {
-            eprintln!("# {line}");
+            crate::diag::line(&format!("# {line}"));
         }
     }
 
@@ -78,7 +77,7 @@ impl Runner {
             self.note(n);
         }
         if self.dry_run || self.verbose {
-            eprintln!(" {}", cmd.shell_line());
+            crate::diag::line(&format!(" {}", cmd.shell_line()));
         }
         if self.dry_run {
             return Ok(());
@@ -91,9 +90,7 @@ impl Runner {
             .output();
         let status = match output {
             Ok(o) => {
-                if !o.stderr.is_empty() {
-                    let _ = std::io::stderr().lock().write_all(&o.stderr);
-                }
+                crate::diag::write(&o.stderr);
                 o.status
             }
             Err(e) => bail!("{}: cannot run '{}': {e}", cmd.what, cmd.prog),

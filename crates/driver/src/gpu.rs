@@ -229,12 +229,14 @@ type IncludeKey = (PathBuf, bool, String, String);
 type IncludeCell = Arc<OnceLock<Result<Vec<String>>>>;
 static INCLUDES: Mutex<Option<HashMap<IncludeKey, IncludeCell>>> = Mutex::new(None);
 
-/// The include options of clang's offload device compile for `triple`/`arch` (the OpenMP
-/// wrapper headers, clang's own headers, the host's system headers, in clang's order), as
-/// options for `clang --target=<triple>`: `-nostdinc` and `-Xclang` pairs. Asked of clang
-/// (`--offload-device-only -###`) once per compiler, language and target; sources compiled in
-/// parallel wait for the one answer.
-pub fn device_includes(clang: &Tool, lang: Lang, triple: &str, arch: &str) -> Result<Vec<String>> {
+/// What clang's own offload device compile for `triple`/`arch` has that a plain
+/// `clang --target=<triple>` lacks, as options for the latter: its include paths (the OpenMP
+/// wrapper headers, clang's own headers, the host's system headers, in clang's order:
+/// `-nostdinc` and `-Xclang` pairs) and, for NVPTX without a CUDA installation, a PTX version
+/// the architecture accepts (`ptx_version`). Asked of clang (`--offload-device-only -###`)
+/// once per compiler, language and target; sources compiled in parallel wait for the one
+/// answer.
+pub fn device_options(clang: &Tool, lang: Lang, triple: &str, arch: &str) -> Result<Vec<String>> {
     let cxx = lang == Lang::Cxx;
     let key: IncludeKey = (clang.path.clone(), cxx, triple.to_string(), arch.to_string());
     let cell = {
@@ -261,6 +263,7 @@ fn ask_includes(clang: &Tool, cxx: bool, triple: &str, arch: &str) -> Result<Vec
     };
     let words = split_quoted(line);
     let mut v = vec!["-nostdinc".to_string()];
+    v.extend(ptx_version(triple, &words));
     let mut i = 0;
     while i + 1 < words.len() {
         if matches!(words[i].as_str(), "-internal-isystem" | "-internal-externc-isystem" | "-include") {
@@ -271,6 +274,17 @@ fn ask_includes(clang: &Tool, cxx: bool, triple: &str, arch: &str) -> Result<Vec
         }
     }
     Ok(v)
+}
+
+/// Without a CUDA installation clang (19 to 22) asks for PTX 4.2 (`+ptx42`), which LLVM 22's
+/// NVPTX back end refuses for sm_60 and later ("PTX version 4.2 does not support target
+/// 'sm_80'", a crash even under `-emit-llvm`). `--cuda-feature=` (empty) takes
+/// clang's choice away, and the back end then uses the lowest PTX version the architecture
+/// supports (7.0 for sm_80, 7.8 for sm_90). With a CUDA installation, clang's choice (that
+/// CUDA's PTX version) stays.
+fn ptx_version(triple: &str, device_cc1: &[String]) -> Option<String> {
+    let no_cuda = device_cc1.windows(2).any(|w| w[0] == "-target-feature" && w[1] == "+ptx42");
+    (triple.starts_with("nvptx") && no_cuda).then(|| "--cuda-feature=".to_string())
 }
 
 /// The words of one line of clang's `-###` output (each in double quotes, `\` escapes).
@@ -298,7 +312,7 @@ pub fn link_command(args: &Args, clang: &Tool, triple: &str, arch: &str, objs: &
         if !args.dry_run {
             return Err(e);
         }
-        eprintln!("# ompcc: a real build would stop here: {e}");
+        crate::diag::line(&format!("# ompcc: a real build would stop here: {e}"));
         Ok(PathBuf::from(format!("<{what} not found>")))
     };
     if let Err(e) = require_arch(triple, arch) {
@@ -391,6 +405,20 @@ mod tests {
     fn quoted_words() {
         let w = split_quoted(r#" "/usr/bin/clang" "-cc1" "-internal-isystem" "/a b/\"c\"" "-include" "x.h""#);
         assert_eq!(w, ["/usr/bin/clang", "-cc1", "-internal-isystem", "/a b/\"c\"", "-include", "x.h"]);
+    }
+
+    #[test]
+    fn nvptx_without_cuda_lets_the_back_end_pick_the_ptx_version() {
+        let cc1 = |feature: &str| -> Vec<String> {
+            let line = format!(
+                r#" "/usr/bin/clang-22" "-cc1" "-triple" "nvptx64-nvidia-cuda" "-target-cpu" "sm_80" "-target-feature" "{feature}" "-target-feature" "+sm_80""#
+            );
+            split_quoted(&line)
+        };
+        assert_eq!(ptx_version("nvptx64-nvidia-cuda", &cc1("+ptx42")).as_deref(), Some("--cuda-feature="));
+        // A CUDA installation's PTX version is clang's to keep.
+        assert_eq!(ptx_version("nvptx64-nvidia-cuda", &cc1("+ptx84")), None);
+        assert_eq!(ptx_version("amdgcn-amd-amdhsa", &cc1("+ptx42")), None);
     }
 
     #[test]

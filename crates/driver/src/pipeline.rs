@@ -182,19 +182,19 @@ impl Ctx<'_> {
             }
             self.runner.run(&fe)
         };
-        // GPU device compiles need clang's offload include paths: asked of clang while the
-        // host front end runs.
-        let gpu_includes = |t: &crate::args::TargetGroup| -> Result<Vec<String>> {
+        // GPU device compiles need options of clang's offload device compile (include paths,
+        // the PTX version): asked of clang while the host front end runs.
+        let gpu_options = |t: &crate::args::TargetGroup| -> Result<Vec<String>> {
             if fortran || !crate::gpu::is_gpu(&t.triple) {
                 return Ok(Vec::new());
             }
             let arch = self.arch(&t.triple);
             crate::gpu::require_arch(&t.triple, &arch)?;
-            crate::gpu::device_includes(tool, lang, &t.triple, &arch)
+            crate::gpu::device_options(tool, lang, &t.triple, &arch)
         };
-        let includes: Vec<Result<Vec<String>>> = if self.args.targets.iter().any(|t| crate::gpu::is_gpu(&t.triple)) {
+        let gpu_opts: Vec<Result<Vec<String>>> = if self.args.targets.iter().any(|t| crate::gpu::is_gpu(&t.triple)) {
             std::thread::scope(|s| {
-                let h = s.spawn(|| self.args.targets.iter().map(gpu_includes).collect::<Vec<_>>());
+                let h = s.spawn(|| self.args.targets.iter().map(gpu_options).collect::<Vec<_>>());
                 let fe_result = run_fe();
                 let inc = h.join().unwrap_or_else(|_| vec![Err(Error::new("internal error: a job panicked"))]);
                 fe_result.map(|()| inc)
@@ -252,7 +252,7 @@ impl Ctx<'_> {
                     _ if !fortran => c.arg("-nogpulib"),
                     _ => &mut c,
                 };
-                match includes.get(ti) {
+                match gpu_opts.get(ti) {
                     Some(Ok(inc)) => c.args(inc.iter().cloned()),
                     Some(Err(e)) => return Err(e.clone()),
                     None => &mut c,

@@ -51,6 +51,12 @@ impl Toolchain {
         Ok(Toolchain { clang, flang })
     }
 
+    /// The compilers given, found by nobody: for planning a build (or testing a phase) without
+    /// looking for compilers on this machine.
+    pub fn of(clang: Tool, flang: Option<Tool>) -> Toolchain {
+        Toolchain { clang, flang: flang.ok_or_else(|| "no flang given".to_string()) }
+    }
+
     /// flang, or why it is missing.
     pub fn flang(&self) -> Result<&Tool> {
         self.flang.as_ref().map_err(|e| Error::new(e.clone()))

@@ -7,7 +7,7 @@
 
 use omp_e2e::{program, repo_root, run_with, scratch, Llvm, ALL};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Command, Output, Stdio};
 
 const HOST: &str = "x86_64-pc-linux-gnu";
 
@@ -254,18 +254,69 @@ fn source_failing_only_for_the_device_names_the_target() {
     let src = driver("device_only_error.c");
     let s = src.to_str().unwrap();
     must(ompcc_in(&dir, Llvm::V22, &["-fopenmp", s, "-o", "ok"]), "the host-and-device build");
-    let o = ompcc_in(
-        &dir,
-        Llvm::V22,
-        &["-fopenmp", "--target-offload=x86_64-pc-linux-gnu", "-DDEVICE_BREAK", "--host", s, "-o", "bad"],
-    );
-    assert!(!o.status.success());
-    let err = stderr(&o);
-    let last = err.lines().last().unwrap_or_default();
-    assert!(
-        last.contains("ompcc: error:") && last.contains("compile for offload target x86_64-pc-linux-gnu failed"),
-        "{err}"
-    );
+    // A link, -c and (issue 24 item 5) -fsyntax-only name the target alike.
+    for mode in [&["-o", "bad"][..], &["-c", "-o", "bad.o"], &["-fsyntax-only"]] {
+        let mut args = vec!["-fopenmp", "--target-offload=x86_64-pc-linux-gnu", "-DDEVICE_BREAK", "--host", s];
+        args.extend_from_slice(mode);
+        let o = ompcc_in(&dir, Llvm::V22, &args);
+        assert!(!o.status.success(), "{mode:?}");
+        let err = stderr(&o);
+        let last = err.lines().last().unwrap_or_default();
+        assert!(
+            last.contains("ompcc: error:") && last.contains("compile for offload target x86_64-pc-linux-gnu failed"),
+            "{mode:?}: {err}"
+        );
+        assert_eq!(err.matches("error: use of undeclared identifier 'no_such_variable'").count(), 1, "{mode:?}: {err}");
+    }
+    // An error both compiles see is the host's, said once, as -c says it.
+    std::fs::write(dir.join("both.c"), "int main(void) { return nope; }\n").unwrap();
+    for mode in ["-c", "-fsyntax-only"] {
+        let o = ompcc_in(&dir, Llvm::V22, &["-fopenmp", mode, "both.c"]);
+        let err = stderr(&o);
+        assert_eq!(
+            err.lines().last(),
+            Some("ompcc: error: both.c: host compile failed (exit code 1)"),
+            "{mode}: {err}"
+        );
+        assert_eq!(err.matches("undeclared identifier 'nope'").count(), 1, "{mode}: {err}");
+    }
+}
+
+/// Issue 24 item 2: ompcc whose stderr cannot be written (`2>/dev/full`, a reader that went
+/// away as in `2>&1 | head -1`) ends with status 1, never with a panic (101).
+#[cfg_attr(omp_e2e, test)]
+fn an_unwritable_stderr_is_status_1_not_a_panic() {
+    use std::os::unix::process::ExitStatusExt;
+    let dir = scratch("driver-unwritable-stderr");
+    let src = driver("saxpy.c");
+    let s = src.to_str().unwrap();
+    let clang = format!("--clang={}", Llvm::V22.clang());
+    let full = || Stdio::from(std::fs::OpenOptions::new().write(true).open("/dev/full").unwrap());
+    // The write end of a pipe whose reader has exited: every write fails (EPIPE).
+    let closed_pipe = || {
+        let mut reader = Command::new("true").stdin(Stdio::piped()).spawn().unwrap();
+        let w = reader.stdin.take().unwrap();
+        reader.wait().unwrap();
+        Stdio::from(w)
+    };
+    let cases: [(&str, Vec<&str>); 3] = [
+        ("an error", vec!["--clang=/nonexistent", "-fopenmp", s]),
+        ("-###", vec![&clang, "-###", "-fopenmp", s, "-o", "app"]),
+        ("--offload-list of a missing file", vec!["--offload-list", "missing.o"]),
+    ];
+    for (what, args) in &cases {
+        for (sink, make) in [("/dev/full", &full as &dyn Fn() -> Stdio), ("a closed pipe", &closed_pipe)] {
+            let status =
+                Command::new(ompcc()).current_dir(&dir).args(args).stdout(make()).stderr(make()).status().unwrap();
+            assert!(
+                status.code() == Some(1) || status.signal() == Some(libc::SIGPIPE),
+                "{what}, stderr to {sink}: {status}"
+            );
+        }
+    }
+    // The same -### with a writable stderr succeeds: status 1 above came from the stderr alone.
+    must(Command::new(ompcc()).current_dir(&dir).args(&cases[1].1).output().unwrap(), "ompcc -###");
+    assert!(!dir.join("app").exists());
 }
 
 #[cfg_attr(omp_e2e, test)]

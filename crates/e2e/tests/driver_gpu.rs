@@ -223,6 +223,36 @@ fn nvptx_without_cuda_is_one_clear_error() {
     }
 }
 
+/// Issue 24 item 3: clang 22 without a CUDA installation asks for PTX 4.2, which its NVPTX back
+/// end refuses for sm_80 (a crash even for bitcode); ompcc's `-c` needs no CUDA.
+#[cfg_attr(omp_e2e, test)]
+fn nvptx_compile_with_clang22_needs_no_cuda() {
+    let dir = scratch("gpu-nvptx-clang22-c");
+    let s = src("gpu_kernels.c");
+    let o = must(ompcc_in(&dir, Llvm::V22, &["-fopenmp", "--offload-arch=sm_80", "-c", &s, "-o", "k.o"]), "ompcc -c");
+    let (_, err) = text(&o);
+    assert!(!err.contains("PTX version"), "{err}");
+    // Nor does -fsyntax-only (no CUDA or ROCm bitcode library is linked, as for -c).
+    must(ompcc_in(&dir, Llvm::V22, &["-fopenmp", "--offload-arch=sm_80,gfx90a", "-fsyntax-only", &s]), "-fsyntax-only");
+    let list = tool(ompcc().to_str().unwrap(), &["--offload-list", dir.join("k.o").to_str().unwrap()]);
+    assert!(list.contains("triple=nvptx64-nvidia-cuda arch=sm_80 kind=openmp image=bc"), "{list}");
+    // The device bitcode leaves the PTX version to LLVM's NVPTX back end, which picks one
+    // sm_80 supports.
+    let images = dir.join("images");
+    let k = dir.join("k.o");
+    let extracted =
+        tool(ompcc().to_str().unwrap(), &["--offload-extract", k.to_str().unwrap(), "-o", images.to_str().unwrap()]);
+    let bc = PathBuf::from(extracted.lines().find(|l| l.contains("nvptx64")).unwrap_or_else(|| panic!("{extracted}")));
+    let ir = tool("llvm-dis-22", &[bc.to_str().unwrap(), "-o", "-"]);
+    assert!(
+        ir.contains("+sm_80") && !ir.contains("+ptx42"),
+        "{}",
+        ir.lines().filter(|l| l.contains("target-features")).collect::<Vec<_>>().join("\n")
+    );
+    let ptx = tool("llc-22", &["-mtriple=nvptx64-nvidia-cuda", "-mcpu=sm_80", bc.to_str().unwrap(), "-o", "-"]);
+    assert!(ptx.lines().any(|l| l.trim() == ".version 7.0"), "{}", ptx.lines().take(20).collect::<Vec<_>>().join("\n"));
+}
+
 #[cfg_attr(omp_e2e, test)]
 fn three_targets_each_get_an_image_and_the_host_part_runs() {
     let dir = scratch("gpu-three-targets");

@@ -3,6 +3,8 @@
 //! Every reader takes bytes nobody vouched for: reads are bounds-checked and return
 //! [`FormatError`], never panic.
 
+#![forbid(unsafe_code)]
+
 pub mod bytes;
 pub mod elf;
 pub mod entries;

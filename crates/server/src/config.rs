@@ -121,6 +121,7 @@ pub fn command() -> Command {
                 .long("token-file")
                 .value_name("FILE")
                 .value_parser(clap::value_parser!(PathBuf))
+                .conflicts_with("insecure-loopback")
                 .help("Clients must present the token in FILE (or set OFFLOAD_SERVER_TOKEN)"),
         )
         .arg(
@@ -236,6 +237,18 @@ fn from_env<T>(
     }
 }
 
+/// The token file's text and permission bits, both from the one file opened (no window in which
+/// another file could take its name).
+fn read_token_file(path: &std::path::Path) -> std::io::Result<(String, u32)> {
+    use std::io::Read;
+    use std::os::unix::fs::PermissionsExt;
+    let mut f = std::fs::File::open(path)?;
+    let mode = f.metadata()?.permissions().mode();
+    let mut text = String::new();
+    f.read_to_string(&mut text)?;
+    Ok((text, mode))
+}
+
 impl ServerConfig {
     /// Reads the arguments (without the program name) and `env` lookups. `Err` is a usage
     /// error, to be printed and answered with exit status 2.
@@ -275,10 +288,19 @@ impl ServerConfig {
         };
         let mut token = env("OFFLOAD_SERVER_TOKEN").filter(|t| !t.is_empty());
         if let Some(path) = m.get_one::<PathBuf>("token-file") {
-            let t = std::fs::read_to_string(path).map_err(|e| format!("--token-file {}: {e}", path.display()))?;
+            let (t, mode) = read_token_file(path).map_err(|e| format!("--token-file {}: {e}", path.display()))?;
             let t = t.trim().to_string();
             if t.is_empty() {
                 return Err(format!("--token-file {}: the file is empty", path.display()));
+            }
+            if mode & 0o077 != 0 {
+                warnings.push(format!(
+                    "--token-file {}: mode {:04o} lets other users read or change the token; make it private \
+                     (chmod 600 {})",
+                    path.display(),
+                    mode & 0o7777,
+                    path.display()
+                ));
             }
             token = Some(t);
         }
@@ -397,6 +419,35 @@ mod tests {
         let c = parse(&["--listen", "0.0.0.0:0"], Some("t")).unwrap();
         assert!(c.warnings.iter().any(|w| w.contains("without TLS") && w.contains("in clear")), "{:?}", c.warnings);
         assert!(parse(&["--listen", "127.0.0.1:0"], Some("t")).unwrap().warnings.is_empty());
+    }
+
+    #[test]
+    fn a_token_file_others_can_read_is_named_with_its_mode() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = std::env::temp_dir().join(format!("offload-server-token-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("token");
+        std::fs::write(&file, "s3cret\n").unwrap();
+        let name = file.to_str().unwrap();
+        for (mode, warned) in [(0o600, false), (0o400, false), (0o644, true), (0o666, true), (0o640, true)] {
+            std::fs::set_permissions(&file, std::fs::Permissions::from_mode(mode)).unwrap();
+            let c = parse(&["--token-file", name], None).unwrap();
+            assert_eq!(c.token.as_deref(), Some("s3cret"));
+            let w: Vec<&String> = c.warnings.iter().filter(|w| w.contains("--token-file")).collect();
+            assert_eq!(!w.is_empty(), warned, "mode {mode:o}: {:?}", c.warnings);
+            if warned {
+                assert!(w[0].contains(name) && w[0].contains(&format!("mode {mode:04o}")), "{}", w[0]);
+                assert!(w[0].contains("chmod 600"), "{}", w[0]);
+            }
+        }
+        let e = parse(&["--token-file", name, "--insecure-loopback"], None).unwrap_err();
+        assert!(
+            e.contains("--token-file") && e.contains("--insecure-loopback") && e.contains("cannot be used with"),
+            "{e}"
+        );
+        let e = parse(&["--insecure-loopback", "--token-file", name], None).unwrap_err();
+        assert!(e.contains("cannot be used with"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

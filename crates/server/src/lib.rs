@@ -2,9 +2,13 @@
 //! elsewhere, over gRPC. Each client program gets a session whose kernels, images and
 //! memory live in a worker process of their own.
 
+#![forbid(unsafe_code)]
+
+mod auth;
 pub mod config;
 pub mod relay;
 pub mod service;
+mod session;
 mod sys;
 
 use config::ServerConfig;
@@ -37,7 +41,7 @@ pub async fn serve(cfg: ServerConfig) -> Result<(), String> {
         .max_decoding_message_size(omp_remote_proto::MAX_MESSAGE_BYTES)
         .max_encoding_message_size(omp_remote_proto::MAX_MESSAGE_BYTES);
     let svc = tonic::service::interceptor::InterceptedService::new(inner, move |req: tonic::Request<()>| {
-        service::check_token(token.as_deref(), &req).map(|()| req)
+        auth::check_token(token.as_deref(), &req).map(|()| req)
     });
     let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
     #[cfg_attr(not(feature = "tls"), allow(unused_mut))]

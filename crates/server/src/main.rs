@@ -1,5 +1,7 @@
 //! `offload-server`: options in `offload_server::config` (`--help`, `--man`), and docs/remote.md.
 
+#![forbid(unsafe_code)]
+
 use offload_server::config::{Parsed, ServerConfig};
 
 fn main() {
@@ -27,12 +29,8 @@ fn main() {
         eprintln!("offload-server: warning: {w}");
     }
     // Device-to-host chunks are fresh 1 MiB buffers: keep them on the heap instead of a new
-    // mmap (and page faults) per chunk.
-    // SAFETY: mallopt only tunes glibc's allocator; called before any other thread exists.
-    unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 64 << 20);
-        libc::mallopt(libc::M_TRIM_THRESHOLD, 256 << 20);
-    }
+    // mmap (and page faults) per chunk. No other thread exists yet, so this applies.
+    omp_worker::sys::keep_large_buffers_on_heap(64 << 20, 256 << 20);
     let rt = match tokio::runtime::Builder::new_multi_thread().worker_threads(4).enable_all().build() {
         Ok(rt) => rt,
         Err(e) => {

@@ -1,16 +1,19 @@
-//! The gRPC service: sessions, their handles and limits, and relaying to workers.
+//! The gRPC service: each call finds its session (`session.rs`), checks what it asks for
+//! against the session's limits and handles, and relays it to the session's worker.
 
+use crate::auth::{same_secret, session_key};
 use crate::config::ServerConfig;
 use crate::relay::{unexpected, Relay};
+use crate::session::{Kernel, Session, Slot};
 use crate::sys;
 use omp_remote_proto::pb::offload_server::Offload;
 use omp_remote_proto::pb::*;
 use omp_remote_proto::PROTOCOL_VERSION;
 use omp_sync::Mutex;
 use omp_worker::{CallError, Request as Call, Response as Reply};
-use std::collections::{BTreeMap, HashMap};
+use std::collections::HashMap;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::AtomicUsize;
 use std::sync::Arc;
 use std::time::Instant;
 use tokio::sync::mpsc;
@@ -25,100 +28,6 @@ pub const TRIPLES: [&str; 2] = ["x86_64-pc-linux-gnu", "x86_64-unknown-linux-gnu
 const MAX_SYMBOL_NAME: usize = 4096;
 /// Most arguments a kernel launch may carry.
 const MAX_KERNEL_ARGS: usize = 4096;
-
-/// A kernel the session resolved.
-struct Kernel {
-    device: u32,
-    addr: u64,
-    name: String,
-}
-
-/// Everything a session owns, checked on every call.
-#[derive(Default)]
-struct Owned {
-    /// Allocation start → size.
-    allocs: BTreeMap<u64, u64>,
-    /// Global start → size, from the images' symbol tables.
-    globals: BTreeMap<u64, u64>,
-    used: u64,
-    /// (device, worker image index) by handle - 1.
-    images: Vec<(u32, u64)>,
-    kernels: Vec<Kernel>,
-}
-
-fn within(map: &BTreeMap<u64, u64>, addr: u64, size: u64) -> bool {
-    let Some(end) = addr.checked_add(size) else { return false };
-    map.range(..=addr).next_back().is_some_and(|(&start, &len)| end <= start + len)
-}
-
-/// One client program's session.
-pub struct Session {
-    pub id: u64,
-    /// Given to the client that opened the session; every call must carry it.
-    secret: String,
-    worker: Relay,
-    owned: Mutex<Owned>,
-    last_beat: Mutex<Instant>,
-    ended: Mutex<Option<String>>,
-    /// Names of the kernels running now: a worker that dies while one runs names it.
-    running: Mutex<Vec<String>>,
-    /// The session's place under `--max-sessions`, given back when the session is dropped.
-    _slot: Slot,
-}
-
-/// One of the `--max-sessions` places, taken before the worker starts.
-struct Slot(Arc<AtomicUsize>);
-
-impl Slot {
-    /// Takes a place if fewer than `max` are taken.
-    fn take(taken: &Arc<AtomicUsize>, max: usize) -> Option<Slot> {
-        taken.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| (n < max).then_some(n + 1)).ok()?;
-        Some(Slot(taken.clone()))
-    }
-}
-
-impl Drop for Slot {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
-    }
-}
-
-impl Session {
-    /// Fails when `[addr, addr+size)` is not inside this session's memory.
-    fn check_range(&self, addr: u64, size: u64) -> Result<(), Status> {
-        let o = self.owned.lock();
-        if within(&o.allocs, addr, size) || within(&o.globals, addr, size) {
-            return Ok(());
-        }
-        Err(Status::invalid_argument(format!("0x{addr:x} (+{size} bytes) is not device memory of this session")))
-    }
-
-    /// Why the session ended when its worker ended `how`.
-    fn death_reason(&self, how: &str) -> String {
-        match self.running.lock().first() {
-            Some(name) => format!("kernel '{name}' crashed the device worker ({how})"),
-            None => format!("the device worker {how}"),
-        }
-    }
-
-    fn end(&self, why: &str) {
-        let mut e = self.ended.lock();
-        if e.is_none() {
-            *e = Some(why.to_string());
-        }
-    }
-
-    fn map_err(&self, e: CallError, what: &str) -> Status {
-        match e {
-            CallError::Failed(m) => Status::internal(m),
-            CallError::Died(how) => {
-                let why = format!("the device worker {how} during {what}");
-                self.end(&why);
-                Status::aborted(format!("session ended: {why}"))
-            }
-        }
-    }
-}
 
 /// The server: sessions by id.
 pub struct Service {
@@ -249,7 +158,6 @@ impl Offload for Handler {
         let mut death = worker.death.clone();
         let secret = format!("{:016x}{:016x}", sys::random_u64(), sys::random_u64());
         let session = Arc::new(Session {
-            id,
             secret: secret.clone(),
             worker,
             owned: Mutex::default(),
@@ -544,62 +452,5 @@ impl Offload for Handler {
 
     async fn ping(&self, _req: Request<Empty>) -> Result<Response<Empty>, Status> {
         Ok(Response::new(Empty {}))
-    }
-}
-
-/// The session secret a call carries.
-fn session_key<T>(req: &Request<T>) -> Option<String> {
-    req.metadata().get(omp_remote_proto::SESSION_KEY_HEADER).and_then(|v| v.to_str().ok()).map(str::to_string)
-}
-
-/// Compares secrets in constant time (in the expected secret's length).
-fn same_secret(given: &str, expected: &str) -> bool {
-    let (a, b) = (given.as_bytes(), expected.as_bytes());
-    a.iter().zip(b).fold(a.len() ^ b.len(), |d, (x, y)| d | usize::from(x ^ y)) == 0
-}
-
-/// Checks the client's token (constant time in the token's length).
-pub fn check_token(expected: Option<&str>, req: &Request<()>) -> Result<(), Status> {
-    let Some(expected) = expected else { return Ok(()) };
-    let given = req.metadata().get(omp_remote_proto::AUTH_HEADER).and_then(|v| v.to_str().ok()).unwrap_or("");
-    let Some(given) = given.strip_prefix("Bearer ") else {
-        return Err(Status::unauthenticated(
-            "this server requires a token (LIBOMPTARGET_RPC_TOKEN or LIBOMPTARGET_RPC_TOKEN_FILE)",
-        ));
-    };
-    if !same_secret(given, expected) {
-        return Err(Status::unauthenticated("wrong token"));
-    }
-    Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ranges_must_lie_inside_one_region() {
-        let mut m = BTreeMap::new();
-        m.insert(0x1000, 0x100);
-        m.insert(0x2000, 0x10);
-        assert!(within(&m, 0x1000, 0x100));
-        assert!(within(&m, 0x10ff, 1));
-        assert!(!within(&m, 0x10ff, 2));
-        assert!(!within(&m, 0xfff, 1));
-        assert!(!within(&m, 0x1800, 1));
-        assert!(!within(&m, u64::MAX, 2));
-        assert!(within(&m, 0x2008, 8));
-    }
-
-    #[test]
-    fn tokens() {
-        let mut r = Request::new(());
-        assert!(check_token(None, &r).is_ok());
-        assert_eq!(check_token(Some("abc"), &r).unwrap_err().code(), tonic::Code::Unauthenticated);
-        r.metadata_mut().insert("authorization", "Bearer abd".parse().unwrap());
-        assert!(check_token(Some("abc"), &r).is_err());
-        r.metadata_mut().insert("authorization", "Bearer abc".parse().unwrap());
-        assert!(check_token(Some("abc"), &r).is_ok());
-        assert!(check_token(Some("abcd"), &r).is_err());
     }
 }

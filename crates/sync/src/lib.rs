@@ -7,6 +7,8 @@
 //! structure consistent before it calls anything that can panic), and the panic itself was
 //! already reported once.
 
+#![forbid(unsafe_code)]
+
 use std::sync::{self, Condvar, PoisonError};
 
 pub use std::sync::{MutexGuard, RwLockReadGuard, RwLockWriteGuard};

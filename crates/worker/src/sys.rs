@@ -70,6 +70,27 @@ pub fn read_from(pid: i32, addr: u64, buf: &mut [u8]) -> io::Result<()> {
     Ok(())
 }
 
+/// Keeps allocations of up to `mmap_threshold` bytes on glibc's heap (instead of a fresh `mmap`,
+/// and its page faults, for each) and lets the heap hold `trim_threshold` free bytes before it
+/// gives memory back. glibc's `mallopt` changes settings that `malloc` reads without a lock, so
+/// this does it only while the calling thread is the process's only one; it returns whether the
+/// settings were applied (call it first thing in `main`).
+pub fn keep_large_buffers_on_heap(mmap_threshold: usize, trim_threshold: usize) -> bool {
+    let threads = std::fs::read_dir("/proc/self/task").map(Iterator::count).unwrap_or(0);
+    if threads != 1 {
+        return false;
+    }
+    let as_int = |n: usize| libc::c_int::try_from(n).unwrap_or(libc::c_int::MAX);
+    // SAFETY: mallopt only changes glibc's allocator settings and touches no memory of ours.
+    // The process has one thread (counted just now), this one, and no other can start while
+    // it is here, so no `malloc` runs concurrently with the change.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, as_int(mmap_threshold));
+        libc::mallopt(libc::M_TRIM_THRESHOLD, as_int(trim_threshold));
+    }
+    true
+}
+
 /// Describes how a child ended, naming the signal.
 pub fn describe_exit(status: std::process::ExitStatus) -> String {
     use std::os::unix::process::ExitStatusExt;

@@ -57,7 +57,7 @@ pub fn collect(tool: &Tool, lang: Lang, fe_opts: &[String], input: &Input, dry_r
         let mut c = Cmd::new(prog.clone(), format!("{name}: declare target analysis"));
         c.args(fc1);
         if dry_run {
-            eprintln!(" {}", c.shell_line());
+            crate::diag::line(&format!(" {}", c.shell_line()));
             return Ok(None);
         }
         let out = output(&c)?;
@@ -81,7 +81,7 @@ pub fn collect(tool: &Tool, lang: Lang, fe_opts: &[String], input: &Input, dry_r
     c.args(fe_opts.iter().cloned());
     c.args(src);
     if dry_run {
-        eprintln!(" {}", c.shell_line());
+        crate::diag::line(&format!(" {}", c.shell_line()));
         return Ok(None);
     }
     let mut child = Command::new(&c.prog)
@@ -262,12 +262,12 @@ pub fn finish(opts: &Options, a: &Analysis<'_>, units: &[Unit], removed: &[(Stri
         }
     }
     for w in report::warnings(a) {
-        eprintln!("ompcc: warning: {w}");
+        crate::diag::warning(w);
     }
     let errors: Vec<String> =
         a.problems.iter().filter(|p| p.is_error()).map(|p| report::problem_text(a, units, p)).collect();
     for e in &errors {
-        eprintln!("ompcc: error: {e}");
+        crate::diag::error(e);
     }
     if !errors.is_empty() {
         return Err(Error::new(format!(

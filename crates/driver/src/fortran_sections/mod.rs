@@ -14,7 +14,6 @@ use crate::error::{Error, Result};
 use crate::exec::{Cmd, Runner};
 use crate::toolchain::Tool;
 use hlfir::{Finding, Lowering, Problem};
-use std::io::Write;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
@@ -95,7 +94,7 @@ pub fn host_front_end(fe: &FrontEnd) -> Result<bool> {
     // A section that is probably not contiguous is a warning: its array may have a dimension
     // of extent 1 there.
     for f in scan.findings.iter().filter(|f| f.problem == Problem::ProbablyNotContiguous) {
-        eprintln!("ompcc: warning: {}", explain(f, major, fe.src));
+        crate::diag::warning(explain(f, major, fe.src));
     }
     let unfixable: Vec<&Finding> =
         scan.findings.iter().filter(|f| !f.fixable && f.problem != Problem::ProbablyNotContiguous).collect();
@@ -117,14 +116,14 @@ pub fn host_front_end(fe: &FrontEnd) -> Result<bool> {
     bc.args(from_mlir(args, fe.corrected));
     let o = run_quiet(fe.runner, &bc);
     if let Some(o) = o.as_ref().filter(|o| o.status.success()) {
-        let _ = std::io::stderr().lock().write_all(&out.stderr);
+        crate::diag::write(&out.stderr);
         let seen = String::from_utf8_lossy(&out.stderr).into_owned();
         let new: String = String::from_utf8_lossy(&o.stderr)
             .lines()
             .filter(|l| !seen.contains(l))
             .map(|l| format!("{l}\n"))
             .collect();
-        let _ = std::io::stderr().lock().write_all(new.as_bytes());
+        crate::diag::write(new.as_bytes());
         return Ok(true);
     }
     // flang cannot always read back the HLFIR it printed (assumed-shape arrays in a target
@@ -135,7 +134,7 @@ pub fn host_front_end(fe: &FrontEnd) -> Result<bool> {
         // Only corrections that matter for arrays with other lower bounds: build as flang does.
         return Ok(false);
     }
-    let _ = std::io::stderr().lock().write_all(&out.stderr);
+    crate::diag::write(&out.stderr);
     refuse(fe, &scan.findings.iter().collect::<Vec<_>>())
 }
 
@@ -145,7 +144,7 @@ fn refuse(fe: &FrontEnd, findings: &[&Finding]) -> Result<bool> {
     let text: Vec<String> = findings.iter().map(|f| explain(f, fe.tool.major, fe.src)).collect();
     if fe.mode == Mode::Warn {
         for t in &text {
-            eprintln!("ompcc: warning: {t}");
+            crate::diag::warning(t);
         }
         return Ok(false);
     }
@@ -267,7 +266,7 @@ fn from_mlir(args: &[String], mlir: &Path) -> Vec<String> {
 /// Runs a command, printing it under `-v`, with its stderr captured.
 fn run_quiet(runner: Runner, cmd: &Cmd) -> Option<Output> {
     if runner.verbose {
-        eprintln!(" {}", cmd.shell_line());
+        crate::diag::line(&format!(" {}", cmd.shell_line()));
     }
     Command::new(&cmd.prog)
         .args(&cmd.args)
