@@ -15,7 +15,11 @@ use omp_plugin::Plugin;
 
 /// The plugins, in device-numbering order: the local devices first (the host's, or the
 /// same in a worker process with `LIBOMPTARGET_ISOLATE=1` or `LIBOMPTARGET_CHECK`), then
-/// each server in `LIBOMPTARGET_RPC_ADDRESS`.
+/// the devices of an MPI job's device ranks (docs/cluster.md), then each server in
+/// `LIBOMPTARGET_RPC_ADDRESS`. MPI devices come before remote ones as every plugin that
+/// needs a system library does (a program not started under MPI has none, so no existing
+/// configuration's numbers move), and they are the job's own devices, which
+/// `OMP_DEFAULT_DEVICE` and device numbers in code name the same way on every run.
 pub fn plugins(config: &Config) -> Vec<Box<dyn Plugin>> {
     let checking = config.check != CheckMode::Off;
     // LIBOMPTARGET_CHECK implies isolation (unless LIBOMPTARGET_ISOLATE=0), in check mode.
@@ -29,6 +33,10 @@ pub fn plugins(config: &Config) -> Vec<Box<dyn Plugin>> {
     };
     #[allow(unused_mut)]
     let mut plugins = vec![local];
+    // The launcher's variables (OMPI_COMM_WORLD_SIZE, PMI_RANK, ...) are not the runtime's
+    // settings, and only say whether this process is an MPI rank.
+    let mpi = omp_plugin_mpi::MpiPlugin::from_env(|k| config.var(k).or_else(|| std::env::var(k).ok()));
+    plugins.push(Box::new(mpi));
     #[cfg(feature = "remote")]
     plugins.extend(omp_plugin_remote::plugins(|k| config.var(k)).into_iter().map(|p| Box::new(p) as Box<dyn Plugin>));
     plugins
