@@ -19,12 +19,10 @@ impl MpiDevice {
     fn error(&self, e: CallError) -> PluginError {
         match e {
             CallError::Failed(m) => PluginError::failed(m),
+            // `how` is the rank's own account ("its device worker (pid N) ended: ...").
             CallError::Died(how) => PluginError::lost(format!(
-                "MPI device rank {} on {} (device {} there): {}",
-                self.rank.rank,
-                self.rank.host,
-                self.index,
-                CallError::Died(how)
+                "MPI device rank {} on {} (its device {}): {how}",
+                self.rank.rank, self.rank.host, self.index
             )),
         }
     }

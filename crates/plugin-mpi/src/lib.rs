@@ -83,6 +83,12 @@ fn start() -> State {
         Ok(m) => m,
         Err(e) => return State::Off(Some(format!("started under MPI, but {e}"))),
     };
+    // Open MPI would install handlers for SIGSEGV, SIGABRT, ... in the program, which never
+    // asked for MPI: a failed assert would print Open MPI's backtrace. (Set before MPI_Init,
+    // while the runtime starts; a value the user set is kept.)
+    if mpi.flavor() == omp_mpi::Flavor::OpenMpi && std::env::var_os("OMPI_MCA_opal_signal").is_none() {
+        std::env::set_var("OMPI_MCA_opal_signal", "");
+    }
     if let Err(e) = mpi.init() {
         return State::Off(Some(e));
     }

@@ -339,7 +339,6 @@ impl Progress {
 
     /// A rank that broke the protocol: every call to it fails from now on.
     fn lose(&mut self, rank: i32, why: String) {
-        let why = format!("rank {rank} {why}");
         let ids: Vec<u64> = self.pending.iter().filter(|(_, p)| p.rank == rank).map(|(id, _)| *id).collect();
         for id in ids {
             if let Some(p) = self.pending.remove(&id) {
