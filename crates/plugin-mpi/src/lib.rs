@@ -96,8 +96,9 @@ fn start() -> State {
     let hellos = match proto::exchange(&mpi, &Hello::me(ROLE_PROGRAM, 0), JOIN_LIMIT) {
         Ok(h) => h,
         Err(e) => {
-            eprintln!("omptarget error: MPI devices: {e}");
-            std::process::exit(1);
+            let m = format!("{e}: no MPI devices (are the other ranks offload-mpi-device?)");
+            eprintln!("omptarget warning: {m}");
+            return State::Off(Some(m));
         }
     };
     let programs = hellos.iter().filter(|h| h.as_ref().is_some_and(|h| h.role == ROLE_PROGRAM)).count();

@@ -127,18 +127,21 @@ pub fn hostname() -> String {
 
 /// Every rank's hello, in rank order (`None` for a rank that sent something else). Gives up
 /// after `limit`: a rank that never joins (a program without offload images, which never
-/// starts its MPI devices) must not keep the others waiting for ever.
+/// starts its MPI devices) must not keep the others waiting for ever. The buffers of an
+/// exchange given up on are leaked: MPI may still write into them.
 pub fn exchange(mpi: &Mpi, me: &Hello, limit: Duration) -> Result<Vec<Option<Hello>>, String> {
     let size = usize::try_from(mpi.size()?).map_err(|_| "a negative MPI world size".to_string())?;
-    let mine = me.encode();
+    let mine = Box::new(me.encode());
     let mut all = vec![0u8; HELLO_LEN * size];
-    // SAFETY: both buffers live until the request completes: this function waits for it
-    // (or, giving up, exits the process, since MPI may still write into `all`).
+    // SAFETY: both buffers live until the request completes: this function waits for it,
+    // or leaks them when it gives up.
     let mut req = unsafe { mpi.iallgather(mine.as_ptr(), HELLO_LEN, all.as_mut_ptr())? };
     let start = Instant::now();
     let mut wait = Backoff::new();
     while !mpi.test(&mut req)? {
         if start.elapsed() > limit {
+            std::mem::forget(mine);
+            std::mem::forget(all);
             return Err(format!("not every rank of the job joined within {} s", limit.as_secs()));
         }
         std::thread::sleep(wait.pause().max(Duration::from_micros(200)));

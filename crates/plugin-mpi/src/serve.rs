@@ -63,7 +63,7 @@ pub fn main(devices: u32, worker_exe: PathBuf) -> i32 {
     let hellos = match proto::exchange(&mpi, &Hello::me(ROLE_DEVICE, devices), JOIN_LIMIT) {
         Ok(h) => h,
         Err(e) => {
-            // MPI may still write into the exchange's buffers: end without returning to them.
+            // No MPI_Finalize: it would wait for the ranks that never joined.
             eprintln!(
                 "offload-mpi-device (rank {rank} on {}): {e}: the program's rank never started its MPI devices \
                  (a program without target regions, or one that calls MPI itself, cannot use them)",

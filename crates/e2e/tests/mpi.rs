@@ -1,0 +1,187 @@
+//! MPI devices (docs/cluster.md): programs run as `mpirun -np 1 ./p : -np K offload-mpi-device`
+//! with Open MPI (scripts/setup.sh installs it), as root in CI (`--allow-run-as-root`), on
+//! this 2-core machine (`--oversubscribe`). Needs `make dist` (dist/bin/offload-mpi-device,
+//! dist/lib/offload-worker).
+//!
+//! The host plugin offers devices 0-3; device rank r (1, 2, …) offers 4 devices from
+//! 4 × r on, so the first device of the first rank is 4.
+
+use omp_e2e::{compile, dist_lib, program, repo_root, run_ours, scratch, Llvm};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+fn device_program() -> PathBuf {
+    let p = repo_root().join("dist/bin/offload-mpi-device");
+    assert!(p.exists(), "{} is missing: run `make dist` first", p.display());
+    p
+}
+
+fn mpirun_exists() {
+    let ok = Command::new("mpirun").arg("--version").output().is_ok_and(|o| o.status.success());
+    assert!(ok, "mpirun is missing: run scripts/setup.sh (it installs Open MPI)");
+}
+
+/// Compiles a program of tests/programs with clang/flang 22 (Fortran with our device runtime).
+fn build(rel: &str) -> PathBuf {
+    let src = program(rel);
+    let name = Path::new(rel).file_stem().unwrap().to_str().unwrap().to_string();
+    let exe = scratch(&format!("mpi-{name}")).join(&name);
+    let devicertl = dist_lib().join("libomptarget.devicertl.a");
+    let fortran: Vec<&str> = if rel.ends_with(".f90") {
+        vec!["-fopenmp-version=52", "-Xoffload-linker-x86_64-pc-linux-gnu", devicertl.to_str().unwrap()]
+    } else {
+        Vec::new()
+    };
+    compile(Llvm::V22, &[&src], &exe, &fortran);
+    exe
+}
+
+/// `mpirun … -np 1 <program args> : -np <ranks> offload-mpi-device <device_args>`, ended
+/// after 60 s at most; returns the output and how long it took.
+fn mpirun(program: &[&str], ranks: usize, device_args: &[&str], env: &[(&str, &str)]) -> (Output, Duration) {
+    mpirun_exists();
+    let mut cmd = Command::new("timeout");
+    cmd.args(["-k", "5", "60", "mpirun", "--allow-run-as-root", "--oversubscribe"]);
+    cmd.arg("-x").arg(format!("LD_LIBRARY_PATH={}", dist_lib().display()));
+    for (k, v) in env {
+        cmd.arg("-x").arg(format!("{k}={v}"));
+    }
+    cmd.arg("-np").arg("1").args(program);
+    if ranks > 0 {
+        cmd.arg(":").arg("-np").arg(ranks.to_string()).arg(device_program()).args(device_args);
+    }
+    let start = Instant::now();
+    let o = cmd.output().expect("run mpirun");
+    (o, start.elapsed())
+}
+
+fn text(b: &[u8]) -> String {
+    String::from_utf8_lossy(b).into_owned()
+}
+
+fn hostname() -> String {
+    let mut b = [0u8; 256];
+    // SAFETY: gethostname writes at most `b.len()` bytes into our buffer.
+    assert_eq!(unsafe { libc::gethostname(b.as_mut_ptr().cast(), b.len()) }, 0);
+    text(&b[..b.iter().position(|&c| c == 0).unwrap()])
+}
+
+/// C, C++ and Fortran programs print on the first device of the last device rank what they
+/// print on the host device, with one and with two device ranks.
+#[test]
+fn programs_give_the_host_devices_answers_on_one_and_two_device_ranks() {
+    for rel in [
+        "runtime/data_regions.c",
+        "runtime/mapper.c",
+        "runtime/declare_target.c",
+        "runtime/cpp_features.cpp",
+        "fortran/tdpd_reduction.f90",
+        "fortran/target_data.f90",
+    ] {
+        let exe = build(rel);
+        let host = run_ours(&exe, &[]);
+        assert!(!host.is_empty(), "{rel} printed nothing");
+        for ranks in [1, 2] {
+            let device = (4 * ranks).to_string();
+            let (o, _) = mpirun(&[exe.to_str().unwrap()], ranks, &[], &[("OMP_DEFAULT_DEVICE", &device)]);
+            assert!(o.status.success(), "{rel} on device {device}: {}\n{}", o.status, text(&o.stderr));
+            assert_eq!(text(&o.stdout), host, "{rel} on device {device} of {ranks} ranks: {}", text(&o.stderr));
+        }
+    }
+}
+
+/// Every device of every rank, after the local ones, rank by rank; kernels' output arrives
+/// in order with the program's.
+#[test]
+fn every_device_of_every_rank_is_numbered_after_the_local_ones() {
+    let exe = build("mpi/every_device.c");
+    let (o, _) = mpirun(&[exe.to_str().unwrap()], 2, &["--devices", "2"], &[]);
+    assert!(o.status.success(), "{}\n{}", o.status, text(&o.stderr));
+    let mut want = String::from("devices=8\n");
+    for d in 0..8 {
+        let sum: i64 = (0..64).map(|i| i * 2 + d).sum();
+        want += &format!("kernel on device {d}\ndevice {d}: sum={sum} initial=0\n");
+    }
+    assert_eq!(text(&o.stdout), want, "{}", text(&o.stderr));
+}
+
+/// A program not started under MPI never loads libmpi; under mpirun it does (so the check
+/// can tell).
+#[test]
+fn a_program_not_started_under_mpi_loads_no_libmpi() {
+    let exe = build("mpi/mpi_maps.c");
+    assert_eq!(run_ours(&exe, &[]), "devices=4 sum=4 libmpi=absent\n");
+    let (o, _) = mpirun(&[exe.to_str().unwrap()], 1, &[], &[]);
+    assert_eq!(text(&o.stdout), "devices=8 sum=8 libmpi=loaded\n", "{}", text(&o.stderr));
+}
+
+/// The program's rank, waiting for a 2-second kernel on a device rank, uses at most 10% of
+/// a core (getrusage over all its threads).
+#[test]
+fn waiting_for_a_long_kernel_uses_little_cpu() {
+    let exe = build("mpi/long_kernel.c");
+    let (o, _) = mpirun(&[exe.to_str().unwrap()], 1, &[], &[]);
+    let err = text(&o.stderr);
+    assert!(o.status.success() && text(&o.stdout) == "x=2\n", "{}\n{err}", o.status);
+    let pct: f64 = err
+        .lines()
+        .find_map(|l| l.strip_prefix("waited ")?.split("cpu ").nth(1)?.strip_suffix("% of a core")?.parse().ok())
+        .unwrap_or_else(|| panic!("no measurement in {err}"));
+    assert!(pct <= 10.0, "the program used {pct}% of a core while it waited: {err}");
+}
+
+/// The worker of a device rank dies inside a kernel: within 10 s the construct fails under
+/// OMP_TARGET_OFFLOAD's default (mandatory once devices exist), naming the device, the
+/// rank, its host, the kernel's place and the signal.
+#[test]
+fn a_device_that_dies_mid_kernel_is_named_with_its_rank_and_host() {
+    let exe = build("mpi/rank_dies.c");
+    let (o, took) = mpirun(&[exe.to_str().unwrap(), "worker"], 1, &[], &[]);
+    let err = text(&o.stderr);
+    assert!(took < Duration::from_secs(10), "took {took:?}: {err}");
+    assert!(!o.status.success());
+    assert_eq!(text(&o.stdout), "first=2\n", "{err}");
+    let lost = err.lines().find(|l| l.contains("device 7 was lost")).unwrap_or_else(|| panic!("{err}"));
+    for part in [
+        "rank_dies.c:16:1".to_string(),
+        format!("MPI device rank 1 on {} (its device 3)", hostname()),
+        "killed by signal 9 (SIGKILL)".into(),
+    ] {
+        assert!(lost.contains(&part), "{part:?} missing from {lost}");
+    }
+    assert_eq!(err.matches("was lost").count(), 1, "{err}");
+}
+
+/// A device rank that dies (the kernel kills the rank itself): the launcher ends the job
+/// within 10 s, naming the rank; nothing hangs.
+#[test]
+fn a_device_rank_that_dies_ends_the_job_within_10_s() {
+    let exe = build("mpi/rank_dies.c");
+    let (o, took) = mpirun(&[exe.to_str().unwrap(), "rank"], 1, &[], &[]);
+    let err = text(&o.stderr);
+    assert!(took < Duration::from_secs(10), "took {took:?}: {err}");
+    assert!(!o.status.success());
+    assert!(!text(&o.stdout).contains("after="), "{err}");
+    assert!(err.contains("process rank 1") && err.contains(&hostname()), "{err}");
+}
+
+/// Jobs set up wrongly are clear errors: the device program outside a launcher, a job with
+/// no program rank, and a program under MPI with no device rank (it runs on its local devices).
+#[test]
+fn bad_starts_are_clear_errors() {
+    let o = Command::new(device_program()).env_remove("OMPI_COMM_WORLD_SIZE").output().unwrap();
+    assert_eq!(o.status.code(), Some(2));
+    assert!(text(&o.stderr).contains("not started by an MPI launcher"), "{}", text(&o.stderr));
+
+    let (o, took) = mpirun(&[device_program().to_str().unwrap()], 0, &[], &[]);
+    assert!(!o.status.success() && took < Duration::from_secs(30));
+    let err = text(&o.stderr);
+    assert_eq!(err.matches("this job has 0 program ranks").count(), 1, "{err}");
+
+    let exe = build("mpi/mpi_maps.c");
+    let (o, _) = mpirun(&[exe.to_str().unwrap()], 0, &[], &[]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_eq!(text(&o.stdout), "devices=4 sum=4 libmpi=loaded\n");
+    assert!(text(&o.stderr).contains("no rank runs offload-mpi-device"), "{}", text(&o.stderr));
+}
