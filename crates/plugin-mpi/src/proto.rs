@@ -150,7 +150,8 @@ pub fn exchange(mpi: &Mpi, me: &Hello, limit: Duration) -> Result<Vec<Option<Hel
 }
 
 /// How a loop that polls MPI waits: without sleeping for [`SPIN`] after the last thing that
-/// happened (a reply in flight arrives within microseconds), then sleeping for longer and
+/// happened (a reply in flight arrives within tens of microseconds, more on a loaded
+/// machine), then sleeping for longer and
 /// longer, up to [`MAX_SLEEP`], so that a rank waiting for a long kernel, or idle, uses
 /// almost no CPU. (Open MPI's own waits spin a core.)
 pub struct Backoff {
@@ -158,7 +159,7 @@ pub struct Backoff {
     sleep: Duration,
 }
 
-pub const SPIN: Duration = Duration::from_micros(100);
+pub const SPIN: Duration = Duration::from_micros(1000);
 pub const MIN_SLEEP: Duration = Duration::from_micros(5);
 pub const MAX_SLEEP: Duration = Duration::from_millis(1);
 

@@ -1,6 +1,6 @@
 // The floor for MPI devices (scripts/bench-mpi.sh): between ranks 0 and 1, a 48-byte request
 // answered by a 9-byte reply, waited for (a) with blocking MPI (Open MPI busy-polls) and (b)
-// with MPI_Test polled for 100 us, then with sleeps doubling from 5 us to 1 ms (how the
+// with MPI_Test polled for 1 ms, then with sleeps doubling from 5 us to 1 ms (how the
 // runtime waits); then 64 MiB from rank 0 to rank 1 (best of 5, acknowledged).
 #include <mpi.h>
 #include <sched.h>
@@ -15,7 +15,7 @@ static void wait_backoff(MPI_Request *r) {
   double start = now();
   long sleep_ns = 5000;
   while (MPI_Test(r, &done, MPI_STATUS_IGNORE), !done) {
-    if (now() - start < 100e-6) {
+    if (now() - start < 1e-3) {
       sched_yield();
       continue;
     }
