@@ -1,7 +1,7 @@
 //! MPI devices (docs/cluster.md): programs run as `mpirun -np 1 ./p : -np K offload-mpi-device`
-//! with Open MPI (scripts/setup.sh installs it), as root in CI (`--allow-run-as-root`), on
-//! this 2-core machine (`--oversubscribe`). Needs `make dist` (dist/bin/offload-mpi-device,
-//! dist/lib/offload-worker).
+//! with Open MPI's `mpirun` (as root in CI: `--allow-run-as-root`; on this 2-core machine:
+//! `--oversubscribe`) and with MPICH's `mpiexec.mpich` (scripts/setup.sh installs both).
+//! Needs `make dist` (dist/bin/offload-mpi-device, dist/lib/offload-worker).
 //!
 //! The host plugin offers devices 0-3; device rank r (1, 2, …) offers 4 devices from
 //! 4 × r on, so the first device of the first rank is 4.
@@ -17,9 +17,43 @@ fn device_program() -> PathBuf {
     p
 }
 
-fn mpirun_exists() {
-    let ok = Command::new("mpirun").arg("--version").output().is_ok_and(|o| o.status.success());
-    assert!(ok, "mpirun is missing: run scripts/setup.sh (it installs Open MPI)");
+/// The two MPI families, by their launchers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Launcher {
+    OpenMpi,
+    Mpich,
+}
+
+use Launcher::{Mpich, OpenMpi};
+
+const LAUNCHERS: [Launcher; 2] = [OpenMpi, Mpich];
+
+impl Launcher {
+    fn exe(self) -> &'static str {
+        match self {
+            OpenMpi => "mpirun",
+            Mpich => "mpiexec.mpich",
+        }
+    }
+
+    fn exists(self) {
+        let ok = Command::new(self.exe()).arg("--version").output().is_ok_and(|o| o.status.success());
+        assert!(ok, "{} is missing: run scripts/setup.sh (it installs Open MPI and MPICH)", self.exe());
+    }
+
+    /// Passes `k=v` to every rank, then the count flag.
+    fn args(self, cmd: &mut Command, env: &[(&str, String)]) -> &'static str {
+        for (k, v) in env {
+            match self {
+                OpenMpi => cmd.arg("-x").arg(format!("{k}={v}")),
+                Mpich => cmd.arg("-genv").arg(k).arg(v),
+            };
+        }
+        match self {
+            OpenMpi => "-np",
+            Mpich => "-n",
+        }
+    }
 }
 
 /// Compiles a program of tests/programs with clang/flang 22 (Fortran with our device runtime).
@@ -39,17 +73,25 @@ fn build(rel: &str) -> PathBuf {
 
 /// `mpirun … -np 1 <program args> : -np <ranks> offload-mpi-device <device_args>`, ended
 /// after 60 s at most; returns the output and how long it took.
-fn mpirun(program: &[&str], ranks: usize, device_args: &[&str], env: &[(&str, &str)]) -> (Output, Duration) {
-    mpirun_exists();
+fn mpirun(
+    l: Launcher,
+    program: &[&str],
+    ranks: usize,
+    device_args: &[&str],
+    env: &[(&str, &str)],
+) -> (Output, Duration) {
+    l.exists();
     let mut cmd = Command::new("timeout");
-    cmd.args(["-k", "5", "60", "mpirun", "--allow-run-as-root", "--oversubscribe"]);
-    cmd.arg("-x").arg(format!("LD_LIBRARY_PATH={}", dist_lib().display()));
-    for (k, v) in env {
-        cmd.arg("-x").arg(format!("{k}={v}"));
+    cmd.args(["-k", "5", "60", l.exe()]);
+    if l == OpenMpi {
+        cmd.args(["--allow-run-as-root", "--oversubscribe"]);
     }
-    cmd.arg("-np").arg("1").args(program);
+    let mut vars = vec![("LD_LIBRARY_PATH", dist_lib().display().to_string())];
+    vars.extend(env.iter().map(|(k, v)| (*k, v.to_string())));
+    let np = l.args(&mut cmd, &vars);
+    cmd.arg(np).arg("1").args(program);
     if ranks > 0 {
-        cmd.arg(":").arg("-np").arg(ranks.to_string()).arg(device_program()).args(device_args);
+        cmd.arg(":").arg(np).arg(ranks.to_string()).arg(device_program()).args(device_args);
     }
     let start = Instant::now();
     let o = cmd.output().expect("run mpirun");
@@ -82,11 +124,11 @@ fn programs_give_the_host_devices_answers_on_one_and_two_device_ranks() {
         let exe = build(rel);
         let host = run_ours(&exe, &[]);
         assert!(!host.is_empty(), "{rel} printed nothing");
-        for ranks in [1, 2] {
+        for (l, ranks) in LAUNCHERS.iter().flat_map(|l| [(*l, 1), (*l, 2)]) {
             let device = (4 * ranks).to_string();
-            let (o, _) = mpirun(&[exe.to_str().unwrap()], ranks, &[], &[("OMP_DEFAULT_DEVICE", &device)]);
-            assert!(o.status.success(), "{rel} on device {device}: {}\n{}", o.status, text(&o.stderr));
-            assert_eq!(text(&o.stdout), host, "{rel} on device {device} of {ranks} ranks: {}", text(&o.stderr));
+            let (o, _) = mpirun(l, &[exe.to_str().unwrap()], ranks, &[], &[("OMP_DEFAULT_DEVICE", &device)]);
+            assert!(o.status.success(), "{l:?}: {rel} on device {device}: {}\n{}", o.status, text(&o.stderr));
+            assert_eq!(text(&o.stdout), host, "{l:?}: {rel} on device {device} of {ranks} ranks: {}", text(&o.stderr));
         }
     }
 }
@@ -96,14 +138,16 @@ fn programs_give_the_host_devices_answers_on_one_and_two_device_ranks() {
 #[test]
 fn every_device_of_every_rank_is_numbered_after_the_local_ones() {
     let exe = build("mpi/every_device.c");
-    let (o, _) = mpirun(&[exe.to_str().unwrap()], 2, &["--devices", "2"], &[]);
-    assert!(o.status.success(), "{}\n{}", o.status, text(&o.stderr));
     let mut want = String::from("devices=8\n");
     for d in 0..8 {
         let sum: i64 = (0..64).map(|i| i * 2 + d).sum();
         want += &format!("kernel on device {d}\ndevice {d}: sum={sum} initial=0\n");
     }
-    assert_eq!(text(&o.stdout), want, "{}", text(&o.stderr));
+    for l in LAUNCHERS {
+        let (o, _) = mpirun(l, &[exe.to_str().unwrap()], 2, &["--devices", "2"], &[]);
+        assert!(o.status.success(), "{l:?}: {}\n{}", o.status, text(&o.stderr));
+        assert_eq!(text(&o.stdout), want, "{l:?}: {}", text(&o.stderr));
+    }
 }
 
 /// A program not started under MPI never loads libmpi; under mpirun it does (so the check
@@ -112,8 +156,10 @@ fn every_device_of_every_rank_is_numbered_after_the_local_ones() {
 fn a_program_not_started_under_mpi_loads_no_libmpi() {
     let exe = build("mpi/mpi_maps.c");
     assert_eq!(run_ours(&exe, &[]), "devices=4 sum=4 libmpi=absent\n");
-    let (o, _) = mpirun(&[exe.to_str().unwrap()], 1, &[], &[]);
-    assert_eq!(text(&o.stdout), "devices=8 sum=8 libmpi=loaded\n", "{}", text(&o.stderr));
+    for l in LAUNCHERS {
+        let (o, _) = mpirun(l, &[exe.to_str().unwrap()], 1, &[], &[]);
+        assert_eq!(text(&o.stdout), "devices=8 sum=8 libmpi=loaded\n", "{l:?}: {}", text(&o.stderr));
+    }
 }
 
 /// The program's rank, waiting for a 2-second kernel on a device rank, uses at most 10% of
@@ -121,14 +167,16 @@ fn a_program_not_started_under_mpi_loads_no_libmpi() {
 #[test]
 fn waiting_for_a_long_kernel_uses_little_cpu() {
     let exe = build("mpi/long_kernel.c");
-    let (o, _) = mpirun(&[exe.to_str().unwrap()], 1, &[], &[]);
-    let err = text(&o.stderr);
-    assert!(o.status.success() && text(&o.stdout) == "x=2\n", "{}\n{err}", o.status);
-    let pct: f64 = err
-        .lines()
-        .find_map(|l| l.strip_prefix("waited ")?.split("cpu ").nth(1)?.strip_suffix("% of a core")?.parse().ok())
-        .unwrap_or_else(|| panic!("no measurement in {err}"));
-    assert!(pct <= 10.0, "the program used {pct}% of a core while it waited: {err}");
+    for l in LAUNCHERS {
+        let (o, _) = mpirun(l, &[exe.to_str().unwrap()], 1, &[], &[]);
+        let err = text(&o.stderr);
+        assert!(o.status.success() && text(&o.stdout) == "x=2\n", "{l:?}: {}\n{err}", o.status);
+        let pct: f64 = err
+            .lines()
+            .find_map(|l| l.strip_prefix("waited ")?.split("cpu ").nth(1)?.strip_suffix("% of a core")?.parse().ok())
+            .unwrap_or_else(|| panic!("{l:?}: no measurement in {err}"));
+        assert!(pct <= 10.0, "{l:?}: the program used {pct}% of a core while it waited: {err}");
+    }
 }
 
 /// The worker of a device rank dies inside a kernel: within 10 s the construct fails under
@@ -137,33 +185,41 @@ fn waiting_for_a_long_kernel_uses_little_cpu() {
 #[test]
 fn a_device_that_dies_mid_kernel_is_named_with_its_rank_and_host() {
     let exe = build("mpi/rank_dies.c");
-    let (o, took) = mpirun(&[exe.to_str().unwrap(), "worker"], 1, &[], &[]);
-    let err = text(&o.stderr);
-    assert!(took < Duration::from_secs(10), "took {took:?}: {err}");
-    assert!(!o.status.success());
-    assert_eq!(text(&o.stdout), "first=2\n", "{err}");
-    let lost = err.lines().find(|l| l.contains("device 7 was lost")).unwrap_or_else(|| panic!("{err}"));
-    for part in [
-        "rank_dies.c:16:1".to_string(),
-        format!("MPI device rank 1 on {} (its device 3)", hostname()),
-        "killed by signal 9 (SIGKILL)".into(),
-    ] {
-        assert!(lost.contains(&part), "{part:?} missing from {lost}");
+    for l in LAUNCHERS {
+        let (o, took) = mpirun(l, &[exe.to_str().unwrap(), "worker"], 1, &[], &[]);
+        let err = text(&o.stderr);
+        assert!(took < Duration::from_secs(10), "{l:?}: took {took:?}: {err}");
+        assert!(!o.status.success());
+        assert_eq!(text(&o.stdout), "first=2\n", "{l:?}: {err}");
+        let lost = err.lines().find(|l| l.contains("device 7 was lost")).unwrap_or_else(|| panic!("{l:?}: {err}"));
+        for part in [
+            "rank_dies.c:16:1".to_string(),
+            format!("MPI device rank 1 on {} (its device 3)", hostname()),
+            "killed by signal 9 (SIGKILL)".into(),
+        ] {
+            assert!(lost.contains(&part), "{l:?}: {part:?} missing from {lost}");
+        }
+        assert_eq!(err.matches("was lost").count(), 1, "{l:?}: {err}");
     }
-    assert_eq!(err.matches("was lost").count(), 1, "{err}");
 }
 
 /// A device rank that dies (the kernel kills the rank itself): the launcher ends the job
-/// within 10 s, naming the rank; nothing hangs.
+/// within 10 s, naming the process (Open MPI: its rank) and its host; nothing hangs.
 #[test]
 fn a_device_rank_that_dies_ends_the_job_within_10_s() {
     let exe = build("mpi/rank_dies.c");
-    let (o, took) = mpirun(&[exe.to_str().unwrap(), "rank"], 1, &[], &[]);
-    let err = text(&o.stderr);
-    assert!(took < Duration::from_secs(10), "took {took:?}: {err}");
-    assert!(!o.status.success());
-    assert!(!text(&o.stdout).contains("after="), "{err}");
-    assert!(err.contains("process rank 1") && err.contains(&hostname()), "{err}");
+    for l in LAUNCHERS {
+        let (o, took) = mpirun(l, &[exe.to_str().unwrap(), "rank"], 1, &[], &[]);
+        let out = text(&o.stdout) + &text(&o.stderr);
+        assert!(took < Duration::from_secs(10), "{l:?}: took {took:?}: {out}");
+        assert!(!o.status.success());
+        assert!(!out.contains("after="), "{l:?}: {out}");
+        let named = match l {
+            OpenMpi => out.contains("process rank 1"),
+            Mpich => out.contains("BAD TERMINATION") && out.contains("Killed (signal 9)"),
+        };
+        assert!(named && out.contains(&hostname()), "{l:?}: {out}");
+    }
 }
 
 /// Jobs set up wrongly are clear errors: the device program outside a launcher, a job with
@@ -174,14 +230,16 @@ fn bad_starts_are_clear_errors() {
     assert_eq!(o.status.code(), Some(2));
     assert!(text(&o.stderr).contains("not started by an MPI launcher"), "{}", text(&o.stderr));
 
-    let (o, took) = mpirun(&[device_program().to_str().unwrap()], 0, &[], &[]);
-    assert!(!o.status.success() && took < Duration::from_secs(30));
-    let err = text(&o.stderr);
-    assert_eq!(err.matches("this job has 0 program ranks").count(), 1, "{err}");
-
     let exe = build("mpi/mpi_maps.c");
-    let (o, _) = mpirun(&[exe.to_str().unwrap()], 0, &[], &[]);
-    assert!(o.status.success(), "{}", text(&o.stderr));
-    assert_eq!(text(&o.stdout), "devices=4 sum=4 libmpi=loaded\n");
-    assert!(text(&o.stderr).contains("no rank runs offload-mpi-device"), "{}", text(&o.stderr));
+    for l in LAUNCHERS {
+        let (o, took) = mpirun(l, &[device_program().to_str().unwrap()], 0, &[], &[]);
+        assert!(!o.status.success() && took < Duration::from_secs(30));
+        let err = text(&o.stderr);
+        assert_eq!(err.matches("this job has 0 program ranks").count(), 1, "{l:?}: {err}");
+
+        let (o, _) = mpirun(l, &[exe.to_str().unwrap()], 0, &[], &[]);
+        assert!(o.status.success(), "{l:?}: {}", text(&o.stderr));
+        assert_eq!(text(&o.stdout), "devices=4 sum=4 libmpi=loaded\n");
+        assert!(text(&o.stderr).contains("no rank runs offload-mpi-device"), "{l:?}: {}", text(&o.stderr));
+    }
 }

@@ -7,7 +7,8 @@
 //! - **Open MPI** (`libmpi.so.40`, 4.x/5.x): `MPI_Comm` and `MPI_Datatype` are pointers to
 //!   the library's globals (`ompi_mpi_comm_world`, `ompi_mpi_byte`), `MPI_Request` a pointer,
 //!   `MPI_Status` `{source, tag, error, cancelled, size_t count}`, `MPI_ANY_SOURCE` = -1.
-//! - **MPICH** and its derivatives (`libmpi.so.12`: MPICH 3.x/4.x, Intel MPI, MVAPICH):
+//! - **MPICH** and its derivatives (`libmpi.so.12` or Debian's `libmpich.so.12`: MPICH
+//!   3.x/4.x, Intel MPI, MVAPICH):
 //!   handles are `int` constants (`MPI_COMM_WORLD` = `0x44000000`, `MPI_BYTE` =
 //!   `0x4c00010d`), `MPI_Request` an `int`, `MPI_Status` `{count_lo, count_hi, source, tag,
 //!   error}`, `MPI_ANY_SOURCE` = -2.
@@ -27,26 +28,41 @@ pub enum Flavor {
 }
 
 /// The versioned names tried, in order, with their ABI.
-pub const LIBRARIES: [(&str, Flavor); 2] = [("libmpi.so.40", Flavor::OpenMpi), ("libmpi.so.12", Flavor::Mpich)];
+/// (Debian names MPICH's `libmpich.so.12`; Fedora, Intel MPI and MVAPICH `libmpi.so.12`.)
+pub const LIBRARIES: [(&str, Flavor); 3] =
+    [("libmpi.so.40", Flavor::OpenMpi), ("libmpi.so.12", Flavor::Mpich), ("libmpich.so.12", Flavor::Mpich)];
 
 const MPI_SUCCESS: c_int = 0;
 const MPI_THREAD_SERIALIZED: c_int = 2;
 
+type InitThread = unsafe extern "C" fn(*mut c_int, *mut *mut *mut c_char, c_int, *mut c_int) -> c_int;
+type Initialized = unsafe extern "C" fn(*mut c_int) -> c_int;
+type Finalize = unsafe extern "C" fn() -> c_int;
+type CommQuery<H> = unsafe extern "C" fn(H, *mut c_int) -> c_int;
+type Isend<H> = unsafe extern "C" fn(*const c_void, c_int, H, c_int, c_int, H, *mut c_void) -> c_int;
+/// `MPI_Irecv` (last: the request) and `MPI_Recv` (last: the status).
+type Recv<H> = unsafe extern "C" fn(*mut c_void, c_int, H, c_int, c_int, H, *mut c_void) -> c_int;
+type Test = unsafe extern "C" fn(*mut c_void, *mut c_int, *mut c_void) -> c_int;
+type Iprobe<H> = unsafe extern "C" fn(c_int, c_int, H, *mut c_int, *mut c_void) -> c_int;
+type GetCount<H> = unsafe extern "C" fn(*const c_void, H, *mut c_int) -> c_int;
+type Iallgather<H> = unsafe extern "C" fn(*const c_void, c_int, H, *mut c_void, c_int, H, H, *mut c_void) -> c_int;
+type Abort<H> = unsafe extern "C" fn(H, c_int) -> c_int;
+
 /// One ABI's entry points; `H` is its handle type (a pointer for Open MPI, `int` for MPICH).
 struct Fns<H> {
-    init_thread: unsafe extern "C" fn(*mut c_int, *mut *mut *mut c_char, c_int, *mut c_int) -> c_int,
-    initialized: unsafe extern "C" fn(*mut c_int) -> c_int,
-    finalize: unsafe extern "C" fn() -> c_int,
-    comm_rank: unsafe extern "C" fn(H, *mut c_int) -> c_int,
-    comm_size: unsafe extern "C" fn(H, *mut c_int) -> c_int,
-    isend: unsafe extern "C" fn(*const c_void, c_int, H, c_int, c_int, H, *mut c_void) -> c_int,
-    irecv: unsafe extern "C" fn(*mut c_void, c_int, H, c_int, c_int, H, *mut c_void) -> c_int,
-    recv: unsafe extern "C" fn(*mut c_void, c_int, H, c_int, c_int, H, *mut c_void) -> c_int,
-    test: unsafe extern "C" fn(*mut c_void, *mut c_int, *mut c_void) -> c_int,
-    iprobe: unsafe extern "C" fn(c_int, c_int, H, *mut c_int, *mut c_void) -> c_int,
-    get_count: unsafe extern "C" fn(*const c_void, H, *mut c_int) -> c_int,
-    iallgather: unsafe extern "C" fn(*const c_void, c_int, H, *mut c_void, c_int, H, H, *mut c_void) -> c_int,
-    abort: unsafe extern "C" fn(H, c_int) -> c_int,
+    init_thread: InitThread,
+    initialized: Initialized,
+    finalize: Finalize,
+    comm_rank: CommQuery<H>,
+    comm_size: CommQuery<H>,
+    isend: Isend<H>,
+    irecv: Recv<H>,
+    recv: Recv<H>,
+    test: Test,
+    iprobe: Iprobe<H>,
+    get_count: GetCount<H>,
+    iallgather: Iallgather<H>,
+    abort: Abort<H>,
     world: H,
     byte: H,
 }
@@ -147,26 +163,26 @@ unsafe fn resolve<H: Copy>(
         }
     };
     macro_rules! f {
-        ($name:literal) => {
+        ($name:literal, $ty:ty) => {
             // SAFETY: the symbol is the MPI function of this name, whose C type in this ABI is
-            // the field's type (the caller's promise).
-            unsafe { std::mem::transmute::<*mut c_void, _>(sym($name)?) }
+            // `$ty` (the caller's promise).
+            unsafe { std::mem::transmute::<*mut c_void, $ty>(sym($name)?) }
         };
     }
     Ok(Fns {
-        init_thread: f!(c"MPI_Init_thread"),
-        initialized: f!(c"MPI_Initialized"),
-        finalize: f!(c"MPI_Finalize"),
-        comm_rank: f!(c"MPI_Comm_rank"),
-        comm_size: f!(c"MPI_Comm_size"),
-        isend: f!(c"MPI_Isend"),
-        irecv: f!(c"MPI_Irecv"),
-        recv: f!(c"MPI_Recv"),
-        test: f!(c"MPI_Test"),
-        iprobe: f!(c"MPI_Iprobe"),
-        get_count: f!(c"MPI_Get_count"),
-        iallgather: f!(c"MPI_Iallgather"),
-        abort: f!(c"MPI_Abort"),
+        init_thread: f!(c"MPI_Init_thread", InitThread),
+        initialized: f!(c"MPI_Initialized", Initialized),
+        finalize: f!(c"MPI_Finalize", Finalize),
+        comm_rank: f!(c"MPI_Comm_rank", CommQuery<H>),
+        comm_size: f!(c"MPI_Comm_size", CommQuery<H>),
+        isend: f!(c"MPI_Isend", Isend<H>),
+        irecv: f!(c"MPI_Irecv", Recv<H>),
+        recv: f!(c"MPI_Recv", Recv<H>),
+        test: f!(c"MPI_Test", Test),
+        iprobe: f!(c"MPI_Iprobe", Iprobe<H>),
+        get_count: f!(c"MPI_Get_count", GetCount<H>),
+        iallgather: f!(c"MPI_Iallgather", Iallgather<H>),
+        abort: f!(c"MPI_Abort", Abort<H>),
         world: world(sym(c"ompi_mpi_comm_world").unwrap_or(std::ptr::null_mut())),
         byte: byte(sym(c"ompi_mpi_byte").unwrap_or(std::ptr::null_mut())),
     })
@@ -185,10 +201,13 @@ fn count(len: usize) -> Result<c_int> {
 }
 
 impl Mpi {
-    /// Loads the system's MPI: `libmpi.so.40` (Open MPI), else `libmpi.so.12` (MPICH ABI).
-    pub fn load() -> Result<Mpi> {
+    /// Loads the system's MPI: `libmpi.so.40` (Open MPI), else the MPICH ABI's library;
+    /// the `first` flavor's library first (the one whose launcher started this process, when
+    /// both are installed).
+    pub fn load(first: Flavor) -> Result<Mpi> {
         let mut tried = Vec::new();
-        for (name, flavor) in LIBRARIES {
+        let order = LIBRARIES.iter().filter(|(_, f)| *f == first).chain(LIBRARIES.iter().filter(|(_, f)| *f != first));
+        for &(name, flavor) in order {
             let c = std::ffi::CString::new(name).expect("no NUL in a library name");
             // SAFETY: loads a system library by name. RTLD_GLOBAL: Open MPI's components,
             // loaded by the library itself, resolve its symbols globally.
@@ -218,6 +237,17 @@ impl Mpi {
             };
         }
         Err(format!("no MPI library found ({})", tried.join("; ")))
+    }
+
+    /// The flavor whose launcher started this process, from the variables it set (read
+    /// through `get`): Open MPI's `OMPI_*`, else PMI-1/2 (MPICH's Hydra, Slurm's `pmi2`),
+    /// else Open MPI (PMIx alone: Slurm starting Open MPI).
+    pub fn launcher(get: impl Fn(&str) -> Option<String>) -> Flavor {
+        if get("OMPI_COMM_WORLD_SIZE").is_none() && (get("PMI_RANK").is_some() || get("PMI_SIZE").is_some()) {
+            Flavor::Mpich
+        } else {
+            Flavor::OpenMpi
+        }
     }
 
     pub fn flavor(&self) -> Flavor {
@@ -391,6 +421,14 @@ mod tests {
     fn oversized_messages_are_refused() {
         assert!(count(1 << 31).is_err());
         assert_eq!(count(4096), Ok(4096));
+    }
+
+    #[test]
+    fn the_launcher_picks_the_library_tried_first() {
+        let env = |vars: &'static [&'static str]| move |k: &str| vars.contains(&k).then(|| "1".to_string());
+        assert_eq!(Mpi::launcher(env(&["OMPI_COMM_WORLD_SIZE", "PMIX_RANK"])), Flavor::OpenMpi);
+        assert_eq!(Mpi::launcher(env(&["PMI_RANK", "PMI_SIZE"])), Flavor::Mpich);
+        assert_eq!(Mpi::launcher(env(&["PMIX_RANK"])), Flavor::OpenMpi);
     }
 
     #[test]

@@ -36,6 +36,8 @@ const JOIN_LIMIT: Duration = Duration::from_secs(60);
 /// The plugin: the devices of every device rank of the job.
 pub struct MpiPlugin {
     launched: bool,
+    /// The MPI whose launcher started the program, tried first.
+    flavor: omp_mpi::Flavor,
     state: OnceLock<State>,
 }
 
@@ -63,23 +65,23 @@ impl MpiPlugin {
     pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Self {
         let off = get("LIBOMPTARGET_MPI").is_some_and(|v| v == "0");
         let launched = !off && LAUNCHER_VARS.iter().any(|k| get(k).is_some());
-        MpiPlugin { launched, state: OnceLock::new() }
+        MpiPlugin { launched, flavor: omp_mpi::Mpi::launcher(&get), state: OnceLock::new() }
     }
 
     fn state(&self) -> &State {
-        self.state.get_or_init(|| if self.launched { start() } else { State::Off(None) })
+        self.state.get_or_init(|| if self.launched { start(self.flavor) } else { State::Off(None) })
     }
 }
 
 /// Starts MPI in the program's rank and learns the job's device ranks.
-fn start() -> State {
+fn start(flavor: omp_mpi::Flavor) -> State {
     if omp_mpi::already_loaded() {
         return State::Off(Some(
             "this program uses MPI itself: MPI devices are off (its MPI_Init must be the only one; docs/cluster.md)"
                 .into(),
         ));
     }
-    let mpi = match omp_mpi::Mpi::load() {
+    let mpi = match omp_mpi::Mpi::load(flavor) {
         Ok(m) => m,
         Err(e) => return State::Off(Some(format!("started under MPI, but {e}"))),
     };

@@ -232,9 +232,9 @@ impl Progress {
             return c.slot.complete(Err(CallError::Died(why.clone())));
         }
         let posted = self.post(c.rank, c.header, proto::TAG_REQUEST).and_then(|_| match c.data {
-            // SAFETY: the caller waits for this call, so its buffer stays readable until the
-            // send completes (`reply` sees it complete before it completes the call).
             Some((ptr, len)) => {
+                // SAFETY: the caller waits for this call, so its buffer stays readable until
+                // the send completes (`reply` sees it complete before it completes the call).
                 unsafe { self.mpi.isend(ptr as *const u8, len, c.rank, proto::TAG_TO_DEVICE) }.map(Some)
             }
             None => Ok(None),
@@ -341,7 +341,18 @@ impl Progress {
     fn lose(&mut self, rank: i32, why: String) {
         let ids: Vec<u64> = self.pending.iter().filter(|(_, p)| p.rank == rank).map(|(id, _)| *id).collect();
         for id in ids {
-            if let Some(p) = self.pending.remove(&id) {
+            if let Some(mut p) = self.pending.remove(&id) {
+                // A write's bytes may still be in flight from the caller's buffer: the call
+                // ends once they left (a rank that stopped receiving gets 1 s; after that MPI
+                // may read a buffer the program reuses, never write it).
+                if let Some(mut data) = p.data.take() {
+                    let start = std::time::Instant::now();
+                    while !self.mpi.test(&mut data).unwrap_or(true)
+                        && start.elapsed() < std::time::Duration::from_secs(1)
+                    {
+                        std::thread::yield_now();
+                    }
+                }
                 p.slot.complete(Err(CallError::Died(why.clone())));
             }
         }

@@ -52,7 +52,7 @@ pub fn main(devices: u32, worker_exe: PathBuf) -> i32 {
         eprintln!("offload-mpi-device: {m}");
         1
     };
-    let mpi = match Mpi::load() {
+    let mpi = match Mpi::load(Mpi::launcher(|k| std::env::var(k).ok())) {
         Ok(m) => m,
         Err(e) => return fail(e),
     };
@@ -351,10 +351,10 @@ fn serve_lost(mpi: Mpi, program: i32, why: String) -> i32 {
                             // Take its bytes, to keep the stream in step.
                             let len = wire::Dec(p.get(12..).unwrap_or(&[])).u64().unwrap_or(0) as usize;
                             let mut sink = vec![0u8; len.min(MAX_CHUNK)];
-                            // SAFETY: `sink` outlives the receive, which is waited for here.
-                            if let Ok(mut r) =
-                                unsafe { mpi.irecv(sink.as_mut_ptr(), sink.len(), program, proto::TAG_TO_DEVICE) }
-                            {
+                            let received =
+                                // SAFETY: `sink` outlives the receive, which is waited for here.
+                                unsafe { mpi.irecv(sink.as_mut_ptr(), sink.len(), program, proto::TAG_TO_DEVICE) };
+                            if let Ok(mut r) = received {
                                 while !mpi.test(&mut r).unwrap_or(true) {
                                     std::thread::yield_now();
                                 }
