@@ -30,8 +30,14 @@ struct Incoming {
     id: u64,
     device: u32,
     addr: u64,
+    /// The bytes arrive in `buf[..len]`.
     buf: Vec<u8>,
+    len: usize,
 }
+
+/// Buffers of copies at least this large go back to the pool, at most [`POOL`] of them.
+const POOLED: usize = 1 << 20;
+const POOL: usize = 4;
 
 struct Serve {
     mpi: Mpi,
@@ -41,6 +47,9 @@ struct Serve {
     tx: Sender<Event>,
     sends: Vec<(MpiRequest, Vec<u8>)>,
     writes: Vec<Incoming>,
+    /// Copy buffers kept for the next copies: a fresh 64 MiB buffer costs its page faults
+    /// at every copy.
+    pool: Vec<Vec<u8>>,
     wait: Backoff,
     args: Vec<u64>,
 }
@@ -121,6 +130,7 @@ pub fn main(devices: u32, worker_exe: PathBuf) -> i32 {
         tx,
         sends: Vec::new(),
         writes: Vec::new(),
+        pool: Vec::new(),
         wait: Backoff::new(),
         args: Vec::new(),
     }
@@ -168,8 +178,7 @@ impl Serve {
                     self.event(e);
                 }
             }
-            let mpi = &self.mpi;
-            self.sends.retain_mut(|(r, _)| !mpi.test(r).unwrap_or(true));
+            self.finish_sends();
             self.finish_writes();
             loop {
                 match self.mpi.probe(Some(self.program), proto::TAG_REQUEST) {
@@ -225,19 +234,6 @@ impl Serve {
 
     fn reply(&mut self, id: u64, r: Result<Response, CallError>) {
         let m = match r {
-            Ok(Response::Data(d)) => {
-                // A read's bytes follow its reply, in a message of their own.
-                self.send(proto::message(id, wire::STATUS_OK, &[]));
-                // SAFETY: `d` is kept in `sends` until the send completes.
-                match unsafe { self.mpi.isend(d.as_ptr(), d.len(), self.program, proto::TAG_TO_PROGRAM) } {
-                    Ok(req) => self.sends.push((req, d)),
-                    Err(e) => {
-                        eprintln!("offload-mpi-device: cannot answer the program: {e}");
-                        self.mpi.abort(1);
-                    }
-                }
-                return;
-            }
             Ok(resp) => proto::message(id, wire::STATUS_OK, &[&resp.encode()]),
             Err(CallError::Failed(m)) => proto::message(id, wire::STATUS_ERR, &[m.as_bytes()]),
             Err(CallError::Died(how)) => {
@@ -272,14 +268,30 @@ impl Serve {
                     }
                     return self.reply(id, Err(CallError::Failed(format!("a read of {len} bytes in one piece"))));
                 };
+                let mut buf = self.buffer(len);
                 if op == wire::OP_READ {
-                    let r = self.worker.read(device, addr, len).map(Response::Data);
-                    return self.reply(id, r);
+                    return match self.worker.read_into(device, addr, &mut buf[..len]) {
+                        Ok(()) => {
+                            // A read's bytes follow its reply, in a message of their own.
+                            self.send(proto::message(id, wire::STATUS_OK, &[]));
+                            // SAFETY: `buf` is kept in `sends` until the send completes.
+                            match unsafe { self.mpi.isend(buf.as_ptr(), len, self.program, proto::TAG_TO_PROGRAM) } {
+                                Ok(req) => self.sends.push((req, buf)),
+                                Err(e) => {
+                                    eprintln!("offload-mpi-device: cannot answer the program: {e}");
+                                    self.mpi.abort(1);
+                                }
+                            }
+                        }
+                        Err(e) => {
+                            self.recycle(buf);
+                            self.reply(id, Err(e));
+                        }
+                    };
                 }
-                let mut buf = vec![0u8; len];
                 // SAFETY: `buf` is kept in `writes` until the receive completes.
                 match unsafe { self.mpi.irecv(buf.as_mut_ptr(), len, self.program, proto::TAG_TO_DEVICE) } {
-                    Ok(req) => self.writes.push(Incoming { req, id, device, addr, buf }),
+                    Ok(req) => self.writes.push(Incoming { req, id, device, addr, buf, len }),
                     Err(e) => {
                         eprintln!("offload-mpi-device: {e}");
                         self.mpi.abort(1);
@@ -310,8 +322,36 @@ impl Serve {
             }
             let w = self.writes.swap_remove(i);
             self.wait.active();
-            let r = self.worker.write(w.device, w.addr, &w.buf).map(|_| Response::Done);
+            let r = self.worker.write(w.device, w.addr, &w.buf[..w.len]).map(|_| Response::Done);
+            self.recycle(w.buf);
             self.reply(w.id, r);
+        }
+    }
+
+    /// Sends that completed give their buffers back.
+    fn finish_sends(&mut self) {
+        let mut i = 0;
+        while i < self.sends.len() {
+            if self.mpi.test(&mut self.sends[i].0).unwrap_or(true) {
+                let (_, buf) = self.sends.swap_remove(i);
+                self.recycle(buf);
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    /// A buffer of at least `len` bytes (its length is its capacity).
+    fn buffer(&mut self, len: usize) -> Vec<u8> {
+        match self.pool.iter().position(|b| b.len() >= len) {
+            Some(i) => self.pool.swap_remove(i),
+            None => vec![0u8; len],
+        }
+    }
+
+    fn recycle(&mut self, buf: Vec<u8>) {
+        if buf.len() >= POOLED && self.pool.len() < POOL {
+            self.pool.push(buf);
         }
     }
 
