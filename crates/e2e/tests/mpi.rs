@@ -246,3 +246,16 @@ fn bad_starts_are_clear_errors() {
         assert!(text(&o.stderr).contains("no rank runs offload-mpi-device"), "{l:?}: {}", text(&o.stderr));
     }
 }
+
+/// Copies to and from an MPI device while a long kernel runs on it finish before the kernel:
+/// several calls are in flight on one device of one rank, none waits for another.
+#[test]
+fn copies_do_not_wait_for_a_running_kernel() {
+    let exe = build("overlap", "remote/overlap.c");
+    for l in LAUNCHERS {
+        let (o, _) = mpirun(l, &[exe.to_str().unwrap(), "2"], 1, &[], &[("OMP_DEFAULT_DEVICE", "4")]);
+        let out = text(&o.stdout);
+        assert!(o.status.success(), "{l:?}: {}\n{}", o.status, text(&o.stderr));
+        assert!(out.contains("copies ok=1 equal=1\n") && out.contains("copies finished first=1"), "{l:?}: {out}");
+    }
+}

@@ -208,6 +208,18 @@ pub fn split(m: &[u8]) -> Option<(u64, u8, &[u8])> {
     Some((u64::from_le_bytes(m[..8].try_into().expect("8 bytes")), m[8], &m[HEAD..]))
 }
 
+/// A write's or read's `u32 device | u64 addr | u64 len`, its length at most [`MAX_CHUNK`].
+pub fn copy_request(payload: &[u8]) -> Result<(u32, u64, usize), String> {
+    let mut d = omp_worker::wire::Dec(payload);
+    let fields = (|| Ok::<_, std::io::Error>((d.u32()?, d.u64()?, d.u64()?)))();
+    let (device, addr, len) = fields.map_err(|_| format!("a copy request of {} bytes", payload.len()))?;
+    d.end().map_err(|_| format!("a copy request of {} bytes", payload.len()))?;
+    match usize::try_from(len) {
+        Ok(n) if n <= MAX_CHUNK => Ok((device, addr, n)),
+        _ => Err(format!("a copy of {len} bytes in one piece (at most {MAX_CHUNK})")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -226,6 +238,17 @@ mod tests {
         // An overlong host name is cut, never spills.
         let long = Hello { host: "h".repeat(500), ..h };
         assert_eq!(Hello::decode(&long.encode()).unwrap().host.len(), HOST_LEN - 1);
+    }
+
+    #[test]
+    fn copy_requests_are_bounded() {
+        use omp_worker::wire::Enc;
+        let ok = Enc::default().u32(2).u64(0x1000).u64(MAX_CHUNK as u64).0;
+        assert_eq!(copy_request(&ok), Ok((2, 0x1000, MAX_CHUNK)));
+        let big = Enc::default().u32(2).u64(0x1000).u64(MAX_CHUNK as u64 + 1).0;
+        assert!(copy_request(&big).unwrap_err().contains("in one piece"));
+        assert!(copy_request(&ok[..19]).is_err());
+        assert!(copy_request(&[ok.clone(), vec![0]].concat()).is_err());
     }
 
     #[test]

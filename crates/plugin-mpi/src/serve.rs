@@ -249,24 +249,17 @@ impl Serve {
             eprintln!("offload-mpi-device: a request of {} bytes", m.len());
             self.mpi.abort(1);
         };
-        let mut d = wire::Dec(payload);
-        let mut fixed = || -> std::io::Result<(u32, u64, u64)> {
-            let v = (d.u32()?, d.u64()?, d.u64()?);
-            d.end()?;
-            Ok(v)
-        };
         match op {
             wire::OP_WRITE | wire::OP_READ => {
-                let Ok((device, addr, len)) = fixed() else {
-                    return self.reply(id, Err(CallError::Failed("a malformed copy request".into())));
-                };
-                let Some(len) = usize::try_from(len).ok().filter(|&n| n <= MAX_CHUNK) else {
-                    if op == wire::OP_WRITE {
-                        // Its bytes would follow: the program is not ours.
-                        eprintln!("offload-mpi-device: a write of {len} bytes (at most {MAX_CHUNK} in one piece)");
+                let (device, addr, len) = match proto::copy_request(payload) {
+                    Ok(c) => c,
+                    // A write's bytes would follow, of a size it does not tell: the program
+                    // is not ours, and the stream cannot be kept in step.
+                    Err(e) if op == wire::OP_WRITE => {
+                        eprintln!("offload-mpi-device: {e}");
                         self.mpi.abort(1);
                     }
-                    return self.reply(id, Err(CallError::Failed(format!("a read of {len} bytes in one piece"))));
+                    Err(e) => return self.reply(id, Err(CallError::Failed(e))),
                 };
                 let mut buf = self.buffer(len);
                 if op == wire::OP_READ {
