@@ -259,3 +259,23 @@ fn copies_do_not_wait_for_a_running_kernel() {
         assert!(out.contains("copies ok=1 equal=1\n") && out.contains("copies finished first=1"), "{l:?}: {out}");
     }
 }
+
+/// A program that uses MPI itself runs unchanged (Open MPI): its `MPI_Init` is the only one,
+/// its world holds its own ranks, its target regions run on its local devices, and it has no
+/// MPI devices.
+#[test]
+fn a_program_that_uses_mpi_itself_runs_unchanged() {
+    OpenMpi.exists();
+    let flags = |what: &str| -> Vec<String> {
+        let o = Command::new("mpicc.openmpi").arg(format!("--showme:{what}")).output().expect("mpicc.openmpi");
+        text(&o.stdout).split_whitespace().map(String::from).collect()
+    };
+    let (compile_flags, link_flags) = (flags("compile"), flags("link"));
+    let extra: Vec<&str> = compile_flags.iter().chain(&link_flags).map(String::as_str).collect();
+    let exe = scratch("mpi-uses-mpi").join("uses_mpi");
+    compile(Llvm::V22, &[&program("mpi/uses_mpi.c")], &exe, &extra);
+    // Two ranks of the program: `-np 1 ./p : -np 1 ./p`.
+    let (o, _) = mpirun(OpenMpi, &[exe.to_str().unwrap(), ":", "-np", "1", exe.to_str().unwrap()], 0, &[], &[]);
+    assert!(o.status.success(), "{}\n{}", o.status, text(&o.stderr));
+    assert_eq!(text(&o.stdout), "size=2 devices=4 sum=42\n", "{}", text(&o.stderr));
+}
