@@ -192,7 +192,9 @@ impl Progress {
                 // A transfer moves only while MPI is called: poll.
                 std::thread::yield_now();
                 rx.try_recv().ok()
-            } else if !self.pending.is_empty() {
+            } else if !self.pending.is_empty() || self.wait.recent() {
+                // Replies are due, or a call just ended (the next one often follows at once:
+                // polling the channel for a while saves waking this thread for it).
                 match self.wait.pause() {
                     d if d.is_zero() => {
                         std::thread::yield_now();
@@ -205,7 +207,7 @@ impl Progress {
                     },
                 }
             } else {
-                // Nothing outstanding: no reply can come.
+                // Nothing outstanding for a while: no reply can come.
                 match rx.recv() {
                     Ok(m) => Some(m),
                     Err(_) => return,

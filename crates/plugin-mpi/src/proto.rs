@@ -182,6 +182,11 @@ impl Backoff {
         self.sleep = MIN_SLEEP;
     }
 
+    /// Whether something happened within the last [`SPIN`].
+    pub fn recent(&self) -> bool {
+        self.last.elapsed() < SPIN
+    }
+
     /// How long to wait before polling again (zero: just yield the CPU).
     pub fn pause(&mut self) -> Duration {
         let quiet = self.last.elapsed();
