@@ -20,7 +20,7 @@ setup:
 # The development link (-lomptarget) is the LLVM 19 one: flang-new-19 users link with -L dist/lib
 # (docs/devicertl.md); clang/flang 22 have LLVM 22's own development link.
 dist:
-	$(CARGO) build --release -p omp-libomptarget -p ompcc -p omp-devicertl-host -p offload-server -p omp-plugin-isolate
+	$(CARGO) build --release -p omp-libomptarget -p ompcc -p omp-devicertl-host -p offload-server -p omp-plugin-isolate -p omp-plugin-mpi
 	mkdir -p "$(DIST)/lib" "$(DIST)/bin" "$(DIST)/share/man/man1"
 	./scripts/link-libomptarget.sh "$(REL)/libomptarget.a" crates/libomptarget/exports.map "$(DIST)/lib/libomptarget.so.19.1" libomptarget.so.19.1
 	./scripts/link-libomptarget.sh "$(REL)/libomptarget.a" crates/libomptarget/exports.map "$(DIST)/lib/libomptarget.so.22.1" libomptarget.so.22.1
@@ -30,6 +30,7 @@ dist:
 	cp -f "$(REL)/ompcc" "$(DIST)/bin/ompcc.new" && mv -f "$(DIST)/bin/ompcc.new" "$(DIST)/bin/ompcc"
 	cp -f "$(REL)/offload-server" "$(DIST)/bin/offload-server.new" && mv -f "$(DIST)/bin/offload-server.new" "$(DIST)/bin/offload-server"
 	cp -f "$(REL)/offload-worker" "$(DIST)/lib/offload-worker.new" && mv -f "$(DIST)/lib/offload-worker.new" "$(DIST)/lib/offload-worker"
+	cp -f "$(REL)/offload-mpi-device" "$(DIST)/bin/offload-mpi-device.new" && mv -f "$(DIST)/bin/offload-mpi-device.new" "$(DIST)/bin/offload-mpi-device"
 	./scripts/help2man.sh "$(DIST)/bin/ompcc" "the OpenMP offloading compiler driver that builds fat binaries" "$(DIST)/share/man/man1/ompcc.1"
 	./scripts/help2man.sh "$(DIST)/bin/offload-server" "serves this machine's offload devices to remote OpenMP programs" "$(DIST)/share/man/man1/offload-server.1"
 
@@ -39,7 +40,7 @@ dist:
 PREFIX ?= /usr/local
 # One shell word (see sq): `PREFIX="/x/precious dir"` must not touch /x/precious.
 ROOT := $(call sq,$(DESTDIR)$(PREFIX))
-INSTALL_BIN := ompcc offload-server
+INSTALL_BIN := ompcc offload-server offload-mpi-device
 INSTALL_LIB := libomptarget.so.19.1 libomptarget.so.22.1 libomptarget.devicertl.a \
   libomptarget.devicertl.bc libomptarget.devicertl.llvm19.bc offload-worker
 INSTALL_MAN := ompcc.1 offload-server.1

@@ -46,6 +46,7 @@ fn install_build_run_and_uninstall() {
     for f in [
         "bin/ompcc",
         "bin/offload-server",
+        "bin/offload-mpi-device",
         "lib/libomptarget.so.19.1",
         "lib/libomptarget.so.22.1",
         "lib/libomptarget.so",
@@ -103,6 +104,7 @@ fn installed_files() -> BTreeSet<String> {
     let mut files: BTreeSet<String> = [
         "bin/ompcc",
         "bin/offload-server",
+        "bin/offload-mpi-device",
         "lib/libomptarget.so",
         "lib/libomptarget.so.19.1",
         "lib/libomptarget.so.22.1",

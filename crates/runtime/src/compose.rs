@@ -15,8 +15,12 @@ use omp_plugin::Plugin;
 
 /// The plugins, in device-numbering order: the local devices first (the host's, or the
 /// same in a worker process with `LIBOMPTARGET_ISOLATE=1` or `LIBOMPTARGET_CHECK`), then
-/// the CUDA GPUs (for a program with an nvptx64 image; docs/cuda.md), then each server in
-/// `LIBOMPTARGET_RPC_ADDRESS`.
+/// the CUDA GPUs (for a program with an nvptx64 image; docs/cuda.md), then the devices of an
+/// MPI job's device ranks (docs/cluster.md), then each server in `LIBOMPTARGET_RPC_ADDRESS`.
+/// Plugins that need a system library come before remote ones (a machine without the library,
+/// or a program not started under MPI, has none of their devices, so no existing
+/// configuration's numbers move), and MPI devices are the job's own, which `OMP_DEFAULT_DEVICE`
+/// and device numbers in code name the same way on every run.
 pub fn plugins(config: &Config) -> Vec<Box<dyn Plugin>> {
     let checking = config.check != CheckMode::Off;
     // LIBOMPTARGET_CHECK implies isolation (unless LIBOMPTARGET_ISOLATE=0), in check mode.
@@ -32,6 +36,10 @@ pub fn plugins(config: &Config) -> Vec<Box<dyn Plugin>> {
     let mut plugins = vec![local];
     #[cfg(feature = "cuda")]
     plugins.push(Box::new(omp_plugin_cuda::CudaPlugin::new(|k| config.var(k))));
+    // The launcher's variables (OMPI_COMM_WORLD_SIZE, PMI_RANK, ...) are not the runtime's
+    // settings, and only say whether this process is an MPI rank.
+    let mpi = omp_plugin_mpi::MpiPlugin::from_env(|k| config.var(k).or_else(|| std::env::var(k).ok()));
+    plugins.push(Box::new(mpi));
     #[cfg(feature = "remote")]
     plugins.extend(omp_plugin_remote::plugins(|k| config.var(k)).into_iter().map(|p| Box::new(p) as Box<dyn Plugin>));
     plugins

@@ -12,7 +12,7 @@
 mod messages;
 mod reader;
 
-pub use messages::{CallError, Request, Response, RELAY_CHUNK};
+pub use messages::{decode, CallError, Expect, Request, Response, RELAY_CHUNK};
 pub use reader::{Done, OnExit, OnOutput};
 
 use crate::{sys, wire};

@@ -1,0 +1,392 @@
+//! The program's side of the MPI link: one thread owns MPI (`MPI_THREAD_SERIALIZED`) and
+//! carries every device call to its rank and the reply back; callers wait on a condition
+//! variable, never on MPI. While a transfer is in flight the thread polls; while replies are
+//! only due it backs off ([`Backoff`]), so a program waiting for a long kernel uses almost
+//! no CPU.
+
+use crate::proto::{self, Backoff, HEAD, MAX_CHUNK, MAX_REPLY, OP_SHUTDOWN, STATUS_LOST, TAG_REPLY};
+use omp_mpi::{Mpi, Request as MpiRequest};
+use omp_sync::Mutex;
+use omp_worker::client::{decode, Expect};
+use omp_worker::{wire, CallError, Request, Response};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::{Arc, Condvar};
+
+/// A device rank, as the program sees it.
+#[derive(Debug, Clone)]
+pub struct Rank {
+    pub rank: i32,
+    pub host: String,
+    pub devices: u32,
+}
+
+/// Where a call's result goes: the caller waits here.
+#[derive(Default)]
+struct Slot {
+    result: std::sync::Mutex<Option<Result<Response, CallError>>>,
+    ready: Condvar,
+}
+
+impl Slot {
+    fn complete(&self, r: Result<Response, CallError>) {
+        let mut g = self.result.lock().unwrap_or_else(|e| e.into_inner());
+        *g = Some(r);
+        self.ready.notify_one();
+    }
+
+    fn wait(&self) -> Result<Response, CallError> {
+        let mut g = self.result.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            if let Some(r) = g.take() {
+                return r;
+            }
+            g = self.ready.wait(g).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+}
+
+/// What a pending call expects back.
+enum Reply {
+    Typed(Expect),
+    /// A read: an OK reply, then its bytes straight into `[ptr, ptr+len)`.
+    Into {
+        ptr: usize,
+        len: usize,
+    },
+}
+
+/// One call for the MPI thread.
+struct Call {
+    rank: i32,
+    id: u64,
+    header: Vec<u8>,
+    /// Bytes sent after the header, from the caller's memory (the caller waits meanwhile).
+    data: Option<(usize, usize)>,
+    reply: Reply,
+    slot: Arc<Slot>,
+}
+
+enum Msg {
+    Call(Call),
+    /// The program is ending: tell every rank, finalise MPI, then answer.
+    Shutdown(Sender<()>),
+}
+
+/// The link to every device rank.
+pub struct Link {
+    tx: Mutex<Sender<Msg>>,
+    next: AtomicU64,
+    pub ranks: Vec<Rank>,
+}
+
+impl Link {
+    /// Starts the MPI thread, which owns `mpi` (initialised, hellos exchanged) from now on;
+    /// `every` device rank hears the shutdown, also those that offer no devices.
+    pub fn start(mpi: Mpi, ranks: Vec<Rank>, every: Vec<i32>) -> std::io::Result<Link> {
+        let (tx, rx) = mpsc::channel();
+        let all = every;
+        std::thread::Builder::new().name("omp-mpi".into()).spawn(move || Progress::new(mpi, all).run(rx))?;
+        Ok(Link { tx: Mutex::new(tx), next: AtomicU64::new(1), ranks })
+    }
+
+    fn submit(
+        &self,
+        rank: i32,
+        header_of: impl FnOnce(u64) -> Vec<u8>,
+        data: Option<(usize, usize)>,
+        reply: Reply,
+    ) -> Result<Response, CallError> {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let slot = Arc::new(Slot::default());
+        let call = Call { rank, id, header: header_of(id), data, reply, slot: slot.clone() };
+        if self.tx.lock().send(Msg::Call(call)).is_err() {
+            return Err(CallError::Died("is unreachable: the program's MPI link has shut down".into()));
+        }
+        slot.wait()
+    }
+
+    /// A worker request to `rank`, answered as the worker answers it.
+    pub fn call(&self, rank: i32, req: &Request) -> Result<Response, CallError> {
+        let (op, head, body, expect) = req.encode();
+        self.submit(rank, |id| proto::message(id, op, &[&head, body]), None, Reply::Typed(expect))
+    }
+
+    /// Copies `[host, host+len)` to device address `addr` of `device` on `rank`.
+    ///
+    /// # Safety
+    /// `[host, host+len)` must be readable for the duration of the call.
+    pub unsafe fn write(&self, rank: i32, device: u32, addr: u64, host: usize, len: usize) -> Result<(), CallError> {
+        for at in (0..len).step_by(MAX_CHUNK) {
+            let n = MAX_CHUNK.min(len - at);
+            let head = wire::Enc::default().u32(device).u64(addr + at as u64).u64(n as u64).0;
+            let header = |id| proto::message(id, wire::OP_WRITE, &[&head]);
+            self.submit(rank, header, Some((host + at, n)), Reply::Typed(Expect::Done))?;
+        }
+        Ok(())
+    }
+
+    /// Copies device address `addr` of `device` on `rank` to `[host, host+len)`.
+    ///
+    /// # Safety
+    /// `[host, host+len)` must be writable and unused by anything else during the call.
+    pub unsafe fn read(&self, rank: i32, device: u32, addr: u64, host: usize, len: usize) -> Result<(), CallError> {
+        for at in (0..len).step_by(MAX_CHUNK) {
+            let n = MAX_CHUNK.min(len - at);
+            let head = wire::Enc::default().u32(device).u64(addr + at as u64).u64(n as u64).0;
+            let header = |id| proto::message(id, wire::OP_READ, &[&head]);
+            self.submit(rank, header, None, Reply::Into { ptr: host + at, len: n })?;
+        }
+        Ok(())
+    }
+
+    /// Tells every rank the program ends and finalises MPI (the program's exit).
+    pub fn shutdown(&self) {
+        let (tx, rx) = mpsc::channel();
+        if self.tx.lock().send(Msg::Shutdown(tx)).is_ok() {
+            let _ = rx.recv();
+        }
+    }
+}
+
+/// A call that was sent and waits for its reply.
+struct Pending {
+    rank: i32,
+    reply: Reply,
+    slot: Arc<Slot>,
+    /// A write's data send: complete before the call is (the caller's buffer is then free).
+    data: Option<MpiRequest>,
+}
+
+/// The MPI thread's state.
+struct Progress {
+    mpi: Mpi,
+    ranks: Vec<i32>,
+    pending: HashMap<u64, Pending>,
+    /// Sends in flight, with the buffer each reads (kept until it completes).
+    sends: Vec<(MpiRequest, Vec<u8>)>,
+    /// Reads' data receives in flight.
+    recvs: Vec<(MpiRequest, Arc<Slot>)>,
+    /// Ranks that can no longer be trusted or reached, and why.
+    lost: HashMap<i32, String>,
+    wait: Backoff,
+}
+
+impl Progress {
+    fn new(mpi: Mpi, ranks: Vec<i32>) -> Self {
+        Progress {
+            mpi,
+            ranks,
+            pending: HashMap::new(),
+            sends: Vec::new(),
+            recvs: Vec::new(),
+            lost: HashMap::new(),
+            wait: Backoff::new(),
+        }
+    }
+
+    fn run(mut self, rx: Receiver<Msg>) {
+        loop {
+            let msg = if !self.sends.is_empty() || !self.recvs.is_empty() {
+                // A transfer moves only while MPI is called: poll.
+                std::thread::yield_now();
+                rx.try_recv().ok()
+            } else if !self.pending.is_empty() || self.wait.recent() {
+                // Replies are due, or a call just ended (the next one often follows at once:
+                // polling the channel for a while saves waking this thread for it).
+                match self.wait.pause() {
+                    d if d.is_zero() => {
+                        std::thread::yield_now();
+                        rx.try_recv().ok()
+                    }
+                    d => match rx.recv_timeout(d) {
+                        Ok(m) => Some(m),
+                        Err(RecvTimeoutError::Timeout) => None,
+                        Err(RecvTimeoutError::Disconnected) => return,
+                    },
+                }
+            } else {
+                // Nothing outstanding for a while: no reply can come.
+                match rx.recv() {
+                    Ok(m) => Some(m),
+                    Err(_) => return,
+                }
+            };
+            match msg {
+                Some(Msg::Call(c)) => {
+                    self.wait.active();
+                    self.send(c);
+                }
+                Some(Msg::Shutdown(done)) => {
+                    self.shutdown();
+                    let _ = done.send(());
+                    return;
+                }
+                None => {}
+            }
+            self.progress();
+        }
+    }
+
+    fn send(&mut self, c: Call) {
+        if let Some(why) = self.lost.get(&c.rank) {
+            return c.slot.complete(Err(CallError::Died(why.clone())));
+        }
+        let posted = self.post(c.rank, c.header, proto::TAG_REQUEST).and_then(|_| match c.data {
+            Some((ptr, len)) => {
+                // SAFETY: the caller waits for this call, so its buffer stays readable until
+                // the send completes (`reply` sees it complete before it completes the call).
+                unsafe { self.mpi.isend(ptr as *const u8, len, c.rank, proto::TAG_TO_DEVICE) }.map(Some)
+            }
+            None => Ok(None),
+        });
+        match posted {
+            Ok(data) => {
+                self.pending.insert(c.id, Pending { rank: c.rank, reply: c.reply, slot: c.slot, data });
+            }
+            Err(e) => c.slot.complete(Err(CallError::Died(format!("cannot be reached: {e}")))),
+        }
+    }
+
+    fn post(&mut self, rank: i32, buf: Vec<u8>, tag: i32) -> Result<(), String> {
+        // SAFETY: `buf` is kept in `sends` until the send completes (moving a Vec does not
+        // move its heap buffer).
+        let r = unsafe { self.mpi.isend(buf.as_ptr(), buf.len(), rank, tag)? };
+        self.sends.push((r, buf));
+        Ok(())
+    }
+
+    /// Completes what finished and takes in every reply that arrived.
+    fn progress(&mut self) {
+        let mpi = &self.mpi;
+        self.sends.retain_mut(|(r, _)| !mpi.test(r).unwrap_or(true));
+        let mut done = Vec::new();
+        self.recvs.retain_mut(|(r, slot)| match mpi.test(r) {
+            Ok(false) => true,
+            Ok(true) => {
+                done.push((slot.clone(), Ok(Response::Done)));
+                false
+            }
+            Err(e) => {
+                done.push((slot.clone(), Err(CallError::Failed(e))));
+                false
+            }
+        });
+        for (slot, r) in done {
+            self.wait.active();
+            slot.complete(r);
+        }
+        while let Ok(Some(st)) = self.mpi.probe(None, TAG_REPLY) {
+            self.wait.active();
+            if st.len > MAX_REPLY || st.len < HEAD {
+                // Received (to keep the stream in step) only when it is small enough.
+                let mut sink = vec![0u8; st.len.min(MAX_REPLY)];
+                let _ = self.mpi.recv_probed(st, &mut sink);
+                self.lose(st.source, format!("sent a reply of {} bytes (at most {MAX_REPLY} accepted)", st.len));
+                continue;
+            }
+            let mut m = vec![0u8; st.len];
+            if let Err(e) = self.mpi.recv_probed(st, &mut m) {
+                self.lose(st.source, e);
+                continue;
+            }
+            self.reply(st.source, &m);
+        }
+    }
+
+    fn reply(&mut self, rank: i32, m: &[u8]) {
+        let Some((id, status, payload)) = proto::split(m) else { return };
+        if id == 0 && matches!(status, wire::OUT_STDOUT | wire::OUT_STDERR) {
+            // What a kernel printed, in order with the replies.
+            return write_all(if status == wire::OUT_STDOUT { 1 } else { 2 }, payload);
+        }
+        let Some(mut p) = self.pending.remove(&id).filter(|p| p.rank == rank) else {
+            return self.lose(rank, format!("sent a reply (id {id}) that answers no request"));
+        };
+        if let Some(mut data) = p.data.take() {
+            // The rank answers after it received the bytes: this ends at once.
+            while !self.mpi.test(&mut data).unwrap_or(true) {
+                std::thread::yield_now();
+            }
+        }
+        if status == STATUS_LOST {
+            let how = String::from_utf8_lossy(&payload[..payload.len().min(4096)]).into_owned();
+            self.lost.insert(rank, how.clone());
+            return p.slot.complete(Err(CallError::Died(how)));
+        }
+        let expect = match p.reply {
+            Reply::Typed(e) => e,
+            Reply::Into { ptr, len } => {
+                if status != wire::STATUS_OK {
+                    Expect::Done
+                } else {
+                    // SAFETY: the caller of `Link::read` waits for this call with
+                    // `[ptr, ptr+len)` writable and unused until the receive completes.
+                    match unsafe { self.mpi.irecv(ptr as *mut u8, len, rank, proto::TAG_TO_PROGRAM) } {
+                        Ok(r) => return self.recvs.push((r, p.slot)),
+                        Err(e) => return p.slot.complete(Err(CallError::Failed(e))),
+                    }
+                }
+            }
+        };
+        match decode(expect, status, payload.to_vec()) {
+            Ok(r) => p.slot.complete(r),
+            Err(e) => {
+                p.slot.complete(Err(CallError::Died(format!("sent a malformed reply: {e}"))));
+                self.lose(rank, format!("sent a malformed reply: {e}"));
+            }
+        }
+    }
+
+    /// A rank that broke the protocol: every call to it fails from now on.
+    fn lose(&mut self, rank: i32, why: String) {
+        let ids: Vec<u64> = self.pending.iter().filter(|(_, p)| p.rank == rank).map(|(id, _)| *id).collect();
+        for id in ids {
+            if let Some(mut p) = self.pending.remove(&id) {
+                // A write's bytes may still be in flight from the caller's buffer: the call
+                // ends once they left (a rank that stopped receiving gets 1 s; after that MPI
+                // may read a buffer the program reuses, never write it).
+                if let Some(mut data) = p.data.take() {
+                    let start = std::time::Instant::now();
+                    while !self.mpi.test(&mut data).unwrap_or(true)
+                        && start.elapsed() < std::time::Duration::from_secs(1)
+                    {
+                        std::thread::yield_now();
+                    }
+                }
+                p.slot.complete(Err(CallError::Died(why.clone())));
+            }
+        }
+        self.lost.insert(rank, why);
+    }
+
+    fn shutdown(&mut self) {
+        let ranks = self.ranks.clone();
+        for rank in ranks {
+            let _ = self.post(rank, proto::message(0, OP_SHUTDOWN, &[]), proto::TAG_REQUEST);
+        }
+        let start = std::time::Instant::now();
+        while !self.sends.is_empty() && start.elapsed() < std::time::Duration::from_secs(5) {
+            let mpi = &self.mpi;
+            self.sends.retain_mut(|(r, _)| !mpi.test(r).unwrap_or(true));
+            std::thread::sleep(std::time::Duration::from_micros(50));
+        }
+        let _ = self.mpi.finalize();
+    }
+}
+
+/// Writes all of `b` to descriptor `fd` (kernel output forwarded to the program's own).
+fn write_all(fd: i32, mut b: &[u8]) {
+    while !b.is_empty() {
+        // SAFETY: writes from our own buffer to one of the process's standard descriptors.
+        let n = unsafe { libc::write(fd, b.as_ptr().cast(), b.len()) };
+        if n < 0 && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted {
+            continue;
+        }
+        if n <= 0 {
+            return;
+        }
+        b = &b[n as usize..];
+    }
+}

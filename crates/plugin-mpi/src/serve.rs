@@ -1,0 +1,409 @@
+//! A device rank (`offload-mpi-device`): relays the program's requests to this node's
+//! devices through an `offload-worker` process, the same worker (and so the same handling of
+//! images, allocations, copies and launches) that isolated and remote devices use, and
+//! sends the replies and what kernels print back in order.
+//!
+//! One thread owns MPI. Worker calls complete on the worker client's thread and come back
+//! through a channel, which also wakes the MPI thread; while nothing is in flight it backs
+//! off, so an idle rank, or one whose kernel runs for seconds, uses almost no CPU.
+
+use crate::proto::{self, Backoff, Hello, MAX_CHUNK, MAX_REQUEST, OP_SHUTDOWN, ROLE_DEVICE, ROLE_PROGRAM, STATUS_LOST};
+use omp_mpi::{Mpi, Request as MpiRequest};
+use omp_worker::{wire, CallError, Request, Response, SpawnOptions, Worker};
+use std::path::PathBuf;
+use std::process::Command;
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::time::Duration;
+
+/// How long a device rank waits for the program's rank to join at start-up.
+pub const JOIN_LIMIT: Duration = Duration::from_secs(60);
+
+/// What the worker's threads tell the MPI thread.
+enum Event {
+    Reply(u64, Result<Response, CallError>),
+    Output(bool, Vec<u8>),
+}
+
+/// A write whose bytes are being received.
+struct Incoming {
+    req: MpiRequest,
+    id: u64,
+    device: u32,
+    addr: u64,
+    /// The bytes arrive in `buf[..len]`.
+    buf: Vec<u8>,
+    len: usize,
+}
+
+/// Buffers of copies at least this large go back to the pool, at most [`POOL`] of them.
+const POOLED: usize = 1 << 20;
+const POOL: usize = 4;
+
+struct Serve {
+    mpi: Mpi,
+    program: i32,
+    worker: Worker,
+    events: Receiver<Event>,
+    tx: Sender<Event>,
+    sends: Vec<(MpiRequest, Vec<u8>)>,
+    writes: Vec<Incoming>,
+    /// Copy buffers kept for the next copies: a fresh 64 MiB buffer costs its page faults
+    /// at every copy.
+    pool: Vec<Vec<u8>>,
+    wait: Backoff,
+    args: Vec<u64>,
+}
+
+/// Runs a device rank offering `devices` devices of a worker at `worker_exe`; returns the
+/// exit status.
+pub fn main(devices: u32, worker_exe: PathBuf) -> i32 {
+    let fail = |m: String| {
+        eprintln!("offload-mpi-device: {m}");
+        1
+    };
+    let mpi = match Mpi::load(Mpi::launcher(|k| std::env::var(k).ok())) {
+        Ok(m) => m,
+        Err(e) => return fail(e),
+    };
+    if let Err(e) = mpi.init() {
+        return fail(e);
+    }
+    let rank = mpi.rank().unwrap_or(-1);
+    let hellos = match proto::exchange(&mpi, &Hello::me(ROLE_DEVICE, devices), JOIN_LIMIT) {
+        Ok(h) => h,
+        Err(e) => {
+            // No MPI_Finalize: it would wait for the ranks that never joined.
+            eprintln!(
+                "offload-mpi-device (rank {rank} on {}): {e}: the program's rank never started its MPI devices \
+                 (a program without target regions, or one that calls MPI itself, cannot use them)",
+                proto::hostname()
+            );
+            std::process::exit(1);
+        }
+    };
+    let programs: Vec<usize> = hellos
+        .iter()
+        .enumerate()
+        .filter(|(_, h)| h.as_ref().is_some_and(|h| h.role == ROLE_PROGRAM))
+        .map(|(i, _)| i)
+        .collect();
+    let first_device = hellos.iter().position(|h| h.as_ref().is_some_and(|h| h.role == ROLE_DEVICE));
+    let speaker = first_device == usize::try_from(rank).ok();
+    if programs.len() != 1 {
+        if speaker {
+            eprintln!(
+                "offload-mpi-device: this job has {} program ranks; MPI devices need exactly one: start them as \
+                 `mpirun -np 1 ./program : -np K offload-mpi-device` (docs/cluster.md)",
+                programs.len()
+            );
+        }
+        let _ = mpi.finalize();
+        return 1;
+    }
+    let program = programs[0] as i32;
+    if let Some(h) = hellos[programs[0]].as_ref().filter(|h| !h.matches_us()) {
+        if speaker {
+            eprintln!(
+                "offload-mpi-device: the program's OpenMP runtime is version {} (protocol {}), this device program \
+                 is {} (protocol {}): they must be the same build; this rank offers no devices",
+                h.version,
+                h.protocol,
+                proto::VERSION,
+                proto::PROTOCOL
+            );
+        }
+    }
+    let (tx, events) = mpsc::channel();
+    let worker = match spawn_worker(&worker_exe, devices, tx.clone()) {
+        Ok(w) => w,
+        Err(e) => {
+            eprintln!("offload-mpi-device (rank {rank}): cannot start {}: {e}", worker_exe.display());
+            // The program learns it at its first call: every request is answered "lost".
+            return serve_lost(mpi, program, format!("could not start its device worker: {e}"));
+        }
+    };
+    Serve {
+        mpi,
+        program,
+        worker,
+        events,
+        tx,
+        sends: Vec::new(),
+        writes: Vec::new(),
+        pool: Vec::new(),
+        wait: Backoff::new(),
+        args: Vec::new(),
+    }
+    .run()
+}
+
+fn spawn_worker(exe: &std::path::Path, devices: u32, tx: Sender<Event>) -> std::io::Result<Worker> {
+    let mut cmd = Command::new(exe);
+    cmd.args(["--worker", &devices.to_string(), &std::process::id().to_string()]);
+    let out = tx.clone();
+    Worker::spawn(
+        cmd,
+        SpawnOptions {
+            direct_copies: true,
+            on_output: Some(Box::new(move |is_err, b: &[u8]| {
+                let _ = out.send(Event::Output(is_err, b.to_vec()));
+            })),
+            on_exit: None,
+        },
+    )
+}
+
+impl Serve {
+    fn run(mut self) -> i32 {
+        loop {
+            let event = if !self.sends.is_empty() || !self.writes.is_empty() {
+                std::thread::yield_now();
+                self.events.try_recv().ok()
+            } else {
+                match self.wait.pause() {
+                    d if d.is_zero() => {
+                        std::thread::yield_now();
+                        self.events.try_recv().ok()
+                    }
+                    d => match self.events.recv_timeout(d) {
+                        Ok(e) => Some(e),
+                        Err(RecvTimeoutError::Timeout) => None,
+                        Err(RecvTimeoutError::Disconnected) => return 1,
+                    },
+                }
+            };
+            if let Some(e) = event {
+                self.event(e);
+                while let Ok(e) = self.events.try_recv() {
+                    self.event(e);
+                }
+            }
+            self.finish_sends();
+            self.finish_writes();
+            loop {
+                match self.mpi.probe(Some(self.program), proto::TAG_REQUEST) {
+                    Ok(Some(st)) => {
+                        self.wait.active();
+                        if st.len > MAX_REQUEST {
+                            eprintln!("offload-mpi-device: a request of {} bytes (at most {MAX_REQUEST})", st.len);
+                            self.mpi.abort(1);
+                        }
+                        let mut m = vec![0u8; st.len];
+                        if let Err(e) = self.mpi.recv_probed(st, &mut m) {
+                            eprintln!("offload-mpi-device: {e}");
+                            self.mpi.abort(1);
+                        }
+                        if proto::split(&m).is_some_and(|(_, op, _)| op == OP_SHUTDOWN) {
+                            return self.shutdown();
+                        }
+                        self.request(&m);
+                    }
+                    Ok(None) => break,
+                    Err(e) => {
+                        eprintln!("offload-mpi-device: {e}");
+                        self.mpi.abort(1);
+                    }
+                }
+            }
+        }
+    }
+
+    fn event(&mut self, e: Event) {
+        self.wait.active();
+        match e {
+            Event::Reply(id, r) => self.reply(id, r),
+            Event::Output(is_err, b) => {
+                let tag = if is_err { wire::OUT_STDERR } else { wire::OUT_STDOUT };
+                for chunk in b.chunks(64 << 10) {
+                    self.send(proto::message(0, tag, &[chunk]));
+                }
+            }
+        }
+    }
+
+    fn send(&mut self, m: Vec<u8>) {
+        // SAFETY: `m` is kept in `sends` until the send completes.
+        match unsafe { self.mpi.isend(m.as_ptr(), m.len(), self.program, proto::TAG_REPLY) } {
+            Ok(r) => self.sends.push((r, m)),
+            Err(e) => {
+                eprintln!("offload-mpi-device: cannot answer the program: {e}");
+                self.mpi.abort(1);
+            }
+        }
+    }
+
+    fn reply(&mut self, id: u64, r: Result<Response, CallError>) {
+        let m = match r {
+            Ok(resp) => proto::message(id, wire::STATUS_OK, &[&resp.encode()]),
+            Err(CallError::Failed(m)) => proto::message(id, wire::STATUS_ERR, &[m.as_bytes()]),
+            Err(CallError::Died(how)) => {
+                let m = format!("its device worker (pid {}) ended: {how}", self.worker.pid());
+                proto::message(id, STATUS_LOST, &[m.as_bytes()])
+            }
+        };
+        self.send(m);
+    }
+
+    fn request(&mut self, m: &[u8]) {
+        let Some((id, op, payload)) = proto::split(m) else {
+            eprintln!("offload-mpi-device: a request of {} bytes", m.len());
+            self.mpi.abort(1);
+        };
+        match op {
+            wire::OP_WRITE | wire::OP_READ => {
+                let (device, addr, len) = match proto::copy_request(payload) {
+                    Ok(c) => c,
+                    // A write's bytes would follow, of a size it does not tell: the program
+                    // is not ours, and the stream cannot be kept in step.
+                    Err(e) if op == wire::OP_WRITE => {
+                        eprintln!("offload-mpi-device: {e}");
+                        self.mpi.abort(1);
+                    }
+                    Err(e) => return self.reply(id, Err(CallError::Failed(e))),
+                };
+                let mut buf = self.buffer(len);
+                if op == wire::OP_READ {
+                    return match self.worker.read_into(device, addr, &mut buf[..len]) {
+                        Ok(()) => {
+                            // A read's bytes follow its reply, in a message of their own.
+                            self.send(proto::message(id, wire::STATUS_OK, &[]));
+                            // SAFETY: `buf` is kept in `sends` until the send completes.
+                            match unsafe { self.mpi.isend(buf.as_ptr(), len, self.program, proto::TAG_TO_PROGRAM) } {
+                                Ok(req) => self.sends.push((req, buf)),
+                                Err(e) => {
+                                    eprintln!("offload-mpi-device: cannot answer the program: {e}");
+                                    self.mpi.abort(1);
+                                }
+                            }
+                        }
+                        Err(e) => {
+                            self.recycle(buf);
+                            self.reply(id, Err(e));
+                        }
+                    };
+                }
+                // SAFETY: `buf` is kept in `writes` until the receive completes.
+                match unsafe { self.mpi.irecv(buf.as_mut_ptr(), len, self.program, proto::TAG_TO_DEVICE) } {
+                    Ok(req) => self.writes.push(Incoming { req, id, device, addr, buf, len }),
+                    Err(e) => {
+                        eprintln!("offload-mpi-device: {e}");
+                        self.mpi.abort(1);
+                    }
+                }
+            }
+            _ => {
+                let mut args = std::mem::take(&mut self.args);
+                match Request::decode(op, payload, &mut args) {
+                    Ok(req) => {
+                        let tx = self.tx.clone();
+                        self.worker.send(&req, Box::new(move |r| drop(tx.send(Event::Reply(id, r)))));
+                    }
+                    Err(e) => self.reply(id, Err(CallError::Failed(format!("a malformed request: {e}")))),
+                }
+                self.args = args;
+            }
+        }
+    }
+
+    /// Writes whose bytes arrived go to the worker's memory.
+    fn finish_writes(&mut self) {
+        let mut i = 0;
+        while i < self.writes.len() {
+            if !self.mpi.test(&mut self.writes[i].req).unwrap_or(true) {
+                i += 1;
+                continue;
+            }
+            let w = self.writes.swap_remove(i);
+            self.wait.active();
+            let r = self.worker.write(w.device, w.addr, &w.buf[..w.len]).map(|_| Response::Done);
+            self.recycle(w.buf);
+            self.reply(w.id, r);
+        }
+    }
+
+    /// Sends that completed give their buffers back.
+    fn finish_sends(&mut self) {
+        let mut i = 0;
+        while i < self.sends.len() {
+            if self.mpi.test(&mut self.sends[i].0).unwrap_or(true) {
+                let (_, buf) = self.sends.swap_remove(i);
+                self.recycle(buf);
+            } else {
+                i += 1;
+            }
+        }
+    }
+
+    /// A buffer of at least `len` bytes (its length is its capacity).
+    fn buffer(&mut self, len: usize) -> Vec<u8> {
+        match self.pool.iter().position(|b| b.len() >= len) {
+            Some(i) => self.pool.swap_remove(i),
+            None => vec![0u8; len],
+        }
+    }
+
+    fn recycle(&mut self, buf: Vec<u8>) {
+        if buf.len() >= POOLED && self.pool.len() < POOL {
+            self.pool.push(buf);
+        }
+    }
+
+    fn shutdown(mut self) -> i32 {
+        let start = std::time::Instant::now();
+        while !self.sends.is_empty() && start.elapsed() < Duration::from_secs(5) {
+            let mpi = &self.mpi;
+            self.sends.retain_mut(|(r, _)| !mpi.test(r).unwrap_or(true));
+            std::thread::sleep(Duration::from_micros(50));
+        }
+        self.worker.stop();
+        let _ = self.mpi.finalize();
+        0
+    }
+}
+
+/// A rank whose worker could not start: every request is answered "lost", until shutdown.
+fn serve_lost(mpi: Mpi, program: i32, why: String) -> i32 {
+    let mut wait = Backoff::new();
+    let mut sends = Vec::new();
+    loop {
+        sends.retain_mut(|(r, _): &mut (MpiRequest, Vec<u8>)| !mpi.test(r).unwrap_or(true));
+        match mpi.probe(Some(program), proto::TAG_REQUEST) {
+            Ok(Some(st)) if st.len <= MAX_REQUEST => {
+                wait.active();
+                let mut m = vec![0u8; st.len];
+                if mpi.recv_probed(st, &mut m).is_err() {
+                    return 1;
+                }
+                match proto::split(&m) {
+                    Some((_, OP_SHUTDOWN, _)) => {
+                        let _ = mpi.finalize();
+                        return 1;
+                    }
+                    Some((id, op, p)) => {
+                        if op == wire::OP_WRITE {
+                            // Take its bytes, to keep the stream in step.
+                            let len = wire::Dec(p.get(12..).unwrap_or(&[])).u64().unwrap_or(0) as usize;
+                            let mut sink = vec![0u8; len.min(MAX_CHUNK)];
+                            let received =
+                                // SAFETY: `sink` outlives the receive, which is waited for here.
+                                unsafe { mpi.irecv(sink.as_mut_ptr(), sink.len(), program, proto::TAG_TO_DEVICE) };
+                            if let Ok(mut r) = received {
+                                while !mpi.test(&mut r).unwrap_or(true) {
+                                    std::thread::yield_now();
+                                }
+                            }
+                        }
+                        let m = proto::message(id, STATUS_LOST, &[why.as_bytes()]);
+                        // SAFETY: `m` is kept in `sends` until the send completes.
+                        if let Ok(r) = unsafe { mpi.isend(m.as_ptr(), m.len(), program, proto::TAG_REPLY) } {
+                            sends.push((r, m));
+                        }
+                    }
+                    None => return 1,
+                }
+            }
+            Ok(Some(_)) | Err(_) => return 1,
+            Ok(None) => std::thread::sleep(wait.pause()),
+        }
+    }
+}

@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# MPI devices against the MPI they run on (docs/cluster.md), between the same two ranks of one
+# job on this machine: an empty target region on an MPI device vs a bare MPI round trip of
+# the same size (blocking, and waited for the way the runtime waits), and 64 MiB copies to,
+# from and between MPI devices vs raw MPI bandwidth. Needs `make dist` and Open MPI.
+# usage: scripts/bench-mpi.sh [empty-target runs]
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+runs=${1:-2000}
+work="$root/target/bench-mpi"
+mkdir -p "$work"
+mpirun=(mpirun --allow-run-as-root --oversubscribe -x LD_LIBRARY_PATH="$root/dist/lib")
+mpicc -O2 "$root/tests/programs/mpi/raw_pingpong.c" -o "$work/raw_pingpong"
+clang-22 -O2 -fopenmp -fopenmp-targets=x86_64-pc-linux-gnu -L"$root/.deps/lib22" \
+  "$root/tests/programs/mpi/bench_offload.c" -o "$work/bench_offload"
+
+echo "== raw MPI between rank 0 and rank 1 ($runs round trips)"
+"${mpirun[@]}" -np 2 "$work/raw_pingpong" "$runs"
+echo "== an MPI device on rank 1 (device 4), and rank 1 to rank 2 (device 4 to device 8)"
+"${mpirun[@]}" -np 1 "$work/bench_offload" 4 "$runs" 8 : -np 2 "$root/dist/bin/offload-mpi-device"
+echo "== for scale: the program's own host device 0"
+LD_LIBRARY_PATH="$root/dist/lib" "$work/bench_offload" 0 "$runs"
