@@ -63,7 +63,7 @@ def llvm_runtime_part(cache_dir):
     tmp = part + ".tmp"
     # xz with all cores, outside Python's single-threaded lzma module.
     with open(tmp, "wb") as f:
-        tar = subprocess.Popen(["tar", "-c", "--transform", "s,^.*/,rt/llvm/,", "-h", "-f", "-"]
+        tar = subprocess.Popen(["tar", "-c", "-P", "--transform", "s,^.*/,rt/llvm/,", "-h", "-f", "-"]
                                + [p for _, p in libs], stdout=subprocess.PIPE)
         # tar names members by their real file names; the links by soname are added below.
         xz = subprocess.run(["xz", "-T0", "-6", "-c"], stdin=tar.stdout, stdout=f)

@@ -38,6 +38,14 @@ def filecheck_captures(d, suite_root):
     return True, "%d FileCheck inputs" % (n - 1)
 
 
+def first_line(path):
+    try:
+        with open(path, errors="replace") as f:
+            return f.readline().strip()
+    except OSError:
+        return ""
+
+
 def normalized(text, rule):
     lines = text.splitlines()
     if not rule:
@@ -53,6 +61,8 @@ def normalized(text, rule):
 
 def judge(item, row, d, suite_root):
     """(verdict, why) of one result row: pass, fail, xfail, xpass, timeout, not-run, skip."""
+    if row["status"] == "skip" and row["mode"] == "gpu":
+        return "fail", "skipped on the GPU machine: " + first_line(os.path.join(d, "stdout"))
     if row["status"] in ("timeout", "not-run", "skip"):
         return row["status"], ""
     stdout = open(os.path.join(d, "stdout"), errors="replace").read() if os.path.exists(os.path.join(d, "stdout")) else ""
@@ -104,6 +114,16 @@ SPEED_GOALS = [
     ("64 MiB bandwidth: ours / raw cuMemcpy", (OURS, "map_tofrom_64m_bw"), (NONE, "memcpy_tofrom_64m_bw"), 0.9, ">="),
     ("triad: ours / LLVM (GB/s)", (OURS, "triad"), (LLVM, "triad"), 0.98, ">="),
 ]
+
+
+def metrics_table(best):
+    """Every measured metric, one line each: what the ratios are made of."""
+    names = sorted({m for _, m in best})
+    rts = [rt for rt in (OURS, LLVM, NONE) if any((rt, m) in best for m in names)]
+    lines = ["%-24s" % "metric (best round)" + "".join("%12s" % {NONE: "raw driver"}.get(rt, rt) for rt in rts)]
+    for m in names:
+        lines.append("%-24s" % m + "".join("%12s" % ("%.3f" % best[(rt, m)] if (rt, m) in best else "-") for rt in rts))
+    return lines
 
 
 def speed_table(best):
@@ -166,9 +186,10 @@ def check(manifest_path, results_dir, suite_root, report_path):
             kind, len(ids), len(ours), len(llvm) if manifest["llvm_runtime"] else "-",
             len(reg) if manifest["llvm_runtime"] else "-", len(only) if manifest["llvm_runtime"] else "-"))
     lines.append("")
-    if mode == "gpu":
-        lines += speed_table(speed_rows(os.path.join(results_dir, OUT_SPEED)))
-        lines.append("")
+    best = speed_rows(os.path.join(results_dir, OUT_SPEED))
+    if mode == "cpu":
+        lines.append("CPU numbers (x86_64 host device, small sizes): they test the table, not the goals")
+    lines += metrics_table(best) + [""] + speed_table(best) + [""]
     for i in regressions:
         lines.append("REGRESSION %s: %s" % (i, "; ".join(w for _, w in verdicts.get((i, OURS), []))))
     for i, rt, (v, why) in failures:

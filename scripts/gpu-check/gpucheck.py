@@ -79,6 +79,8 @@ def cmd_build(args):
     ours = bundle.copy_ours(DIST_LIB, os.path.join(stage, "rt", "ours"))
     os.makedirs(os.path.join(stage, "rt", "common"))
     shutil.copy2(os.path.join(LLVM19_LIB, "libomp.so.5"), os.path.join(stage, "rt", "common", "libomp.so.5"))
+    # LLVM's libomptarget dlopens "libomp.so": the same copy, not whatever else is installed.
+    os.symlink("libomp.so.5", os.path.join(stage, "rt", "common", "libomp.so"))
     shutil.copytree(TOOLS, os.path.join(stage, "tools"))
     parts_dir = fresh_dir(os.path.join(WORK, "parts"))
     llvm_part, llvm_libs = (None, [])
@@ -190,6 +192,9 @@ def cmd_dry_run(args):
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     items = {i["id"]: i for i in manifest["items"]}
+    if manifest["llvm_runtime"] and not all(v == "pass" for v, _ in verdicts.get(("bench/omp_bench", "llvm"), [("fail", "")])):
+        problems.append("LLVM 19's runtime as carried did not run the bench's x86_64 companion: "
+                        "see outputs/llvm/bench_omp_bench.r1/stderr in %s" % os.path.join(saved, "outputs.tar.xz"))
     for (i, rt), vs in sorted(verdicts.items()):
         if items[i]["kind"] != "suite" and rt in ("ours", "none") and any(v not in ("pass", "skip") for v, _ in vs):
             problems.append("%s on %s (CPU): %s" % (i, rt, "; ".join("%s %s" % v for v in vs)))
@@ -215,6 +220,15 @@ def print_plan(manifest):
           % (kinds.get("suite", 0), kinds.get("e2e", 0), rts, "s" if rts > 1 else "",
              " and LLVM 19's" if manifest["llvm_runtime"] else "", 2 * rts if kinds.get("bench") else 0,
              len(manifest["skipped"]), os.path.relpath(os.path.join(WORK, "skipped.txt"), REPO)))
+    reasons = {}
+    for _, why in manifest["skipped"]:
+        why = why.split(":")[0] if why.startswith("build failed") else why
+        reasons[why] = reasons.get(why, 0) + 1
+    for why, n in sorted(reasons.items(), key=lambda r: -r[1]):
+        print("  not built: %3d  %s" % (n, why))
+    if not manifest["llvm_runtime"]:
+        print("LLVM 19's runtime stays home (%s): no LLVM column, the suite is judged by FileCheck alone."
+              % manifest.get("llvm_left_home", "GPUCHECK_LLVM=0"))
     print("Bundle: %s, %s; the tree that travels with it: %s (limit 64 MiB)." % (
         os.path.relpath(bundle_path(), REPO), mib(size), mib(size + bundle.tree_size())))
     print("Device tool call, from the checkout the session started in (copy the bundle there first):")

@@ -19,6 +19,8 @@ from common import CUDA, DEV19, LLVM19, LLVM19_LIB, NVPTX, NVPTX_DEVICERTL, REPO
 
 SUITE_DIR = os.environ.get("LLVM_SUITE_DIR") or os.path.join(REPO, "..", "shared", "tools", "llvm-suite")
 COMPILERS = ("@CC@", "@CXX@", "@FC@")
+# Other commands of the build, run here with the compilers (offloading/static_linking.c: `ar`).
+BUILD_TOOLS = ("ar",)
 # Splits one expanded RUN command into the commands of its pipelines and lists.
 _SEGMENTS = re.compile(r"\s(?:&&|\|\||\||;)\s")
 
@@ -95,7 +97,10 @@ def compile_segments(command):
     out = []
     for seg in _SEGMENTS.split(command):
         s = seg.strip().lstrip("{( ").strip()
-        if s.split(" ", 1)[0] in COMPILERS:
+        words = s.split()
+        while words and (words[0] == "env" or "=" in words[0]):
+            words = words[1:]  # `env VAR=VALUE ... clang`: the compiler still runs here
+        if words and (words[0] in COMPILERS or words[0] in BUILD_TOOLS):
             out.append(s)
     return out
 
@@ -113,6 +118,8 @@ def here(text, suite_root, work, inc):
 def there(command):
     """Placeholders replaced for the run there: compilers are done, FileCheck is captured."""
     command = re.sub(r"(^|\s)not\s+@FILECHECK@", r"\1gc-capture --negate", command)
+    for tool in BUILD_TOOLS:  # done here already: gc-prebuilt only checks its -o, if any
+        command = re.sub(r"(^|&&\s|;\s|\|\|\s|\{\s)%s\s" % tool, r"\1gc-prebuilt %s " % tool, command)
     for a, b in (("@FILECHECK@", "gc-capture"), ("@CC@", "gc-prebuilt"), ("@CXX@", "gc-prebuilt"),
                  ("@FC@", "gc-prebuilt"), ("@NOT@", "gc-llvm-not"), ("@SUITE@", '"$GC_SUITE"'),
                  ("@W@", '"$GC_W"'), ("@INC@", "/nonexistent"), ("@LLVMLIB@", "/nonexistent"),
