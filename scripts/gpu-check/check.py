@@ -140,11 +140,13 @@ def speed_table(best):
     return lines
 
 
-def check(manifest_path, results_dir, suite_root, report_path):
-    """Judges one run's outputs; prints and saves the table. Returns (table lines, verdicts)."""
+def check(manifest_path, results_dir, suite_root, work_dir):
+    """Judges one run's outputs (results_dir may be read-only: the device tool's files are);
+    prints the table and saves it as work_dir/table.txt. Returns (table lines, verdicts)."""
     manifest = read_json(manifest_path)
     items = {i["id"]: i for i in manifest["items"]}
-    work = os.path.join(results_dir, "unpacked")
+    report_path = os.path.join(work_dir, "table.txt")
+    work = os.path.join(work_dir, "unpacked")
     shutil.rmtree(work, ignore_errors=True)
     with tarfile.open(os.path.join(results_dir, OUT_OUTPUTS)) as t:
         t.extractall(work)

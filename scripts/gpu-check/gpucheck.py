@@ -24,8 +24,10 @@ from common import (BUNDLE_NAME, CUDA, LLVM19_LIB, NVPTX, REPO, SM, WORK, Clock,
 TOOLS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "tools")
 DIST_LIB = os.path.join(REPO, "dist", "lib")
 # The whole run there: the device tool allows 10 minutes a command; the tests stop starting new
-# programs after RUN_BUDGET_S and the benches take about a minute after that.
+# programs after RUN_BUDGET_S, the benches (about a minute) stop by RUN_DEADLINE_S, and the
+# outputs are packed before RUN_TIMEOUT_S.
 RUN_BUDGET_S = 330
+RUN_DEADLINE_S = 480
 RUN_TIMEOUT_S = 540
 TRAVEL_LIMIT = 64 << 20
 MAX_TRAVEL = int(float(os.environ.get("GPUCHECK_MAX_MIB", "56")) * 1048576)
@@ -129,7 +131,7 @@ def cmd_run(args):
         sys.exit("gpu-check: run needs $OUT (the folder whose files come back) or --out DIR")
     if not os.path.exists(bundle_path()):
         sys.exit("gpu-check: %s not found: run `scripts/gpu-check.sh build` here and carry it" % bundle_path())
-    runner.run(bundle_path(), out, dry=False, jobs=args.jobs, budget=args.budget)
+    runner.run(bundle_path(), out, dry=False, jobs=args.jobs, budget=args.budget, deadline=args.deadline)
 
 
 def cmd_check(args):
@@ -140,9 +142,11 @@ def cmd_check(args):
     log = os.path.join(args.dir, "run.log")
     if os.path.exists(log) and manifest["build_id"] not in open(log).read():
         say("warning: %s does not name build %s: these outputs may come from another bundle" % (log, manifest["build_id"]))
-    report = os.path.join(args.dir, "table.txt")
-    check.check(manifest_path, args.dir, manifest["suite_root"], report)
-    say("table saved in %s" % report)
+    # The files the device tool brought back are read-only: the table and the unpacked outputs
+    # go to .gpucheck/check/.
+    work = fresh_dir(os.path.join(WORK, "check"))
+    check.check(manifest_path, os.path.abspath(args.dir), manifest["suite_root"], work)
+    say("table saved in %s" % os.path.join(work, "table.txt"))
 
 
 def validate(manifest, root):
@@ -179,7 +183,8 @@ def cmd_dry_run(args):
         out = os.path.join(tmp, "out")
         root = os.path.join(tmp, "root")
         say("[%s] dry run: the run phase on this machine's CPU (no GPU here)" % clock)
-        runner.run(bundle_path(), out, dry=True, jobs=args.jobs, budget=args.budget, work=root)
+        runner.run(bundle_path(), out, dry=True, jobs=args.jobs, budget=args.budget, deadline=args.deadline,
+                   work=root)
         problems = validate(manifest, root)
         files = sorted(os.listdir(out))
         if len(files) > 8 or any(os.path.getsize(os.path.join(out, f)) > 16 << 20 for f in files):
@@ -187,8 +192,7 @@ def cmd_dry_run(args):
         saved = os.path.join(WORK, "dry-run")
         shutil.rmtree(saved, ignore_errors=True)
         shutil.copytree(out, saved)
-        lines, verdicts = check.check(os.path.join(WORK, "manifest.json"), saved, manifest["suite_root"],
-                                      os.path.join(saved, "table.txt"))
+        lines, verdicts = check.check(os.path.join(WORK, "manifest.json"), saved, manifest["suite_root"], saved)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     items = {i["id"]: i for i in manifest["items"]}
@@ -244,6 +248,8 @@ def main():
         p.add_argument("-j", "--jobs", type=int, default=None)
         p.add_argument("--budget", type=int, default=RUN_BUDGET_S,
                        help="seconds after which no new test starts (the benches still run)")
+        p.add_argument("--deadline", type=int, default=RUN_DEADLINE_S,
+                       help="seconds after which no bench starts and a running one is stopped")
         if name == "run":
             p.add_argument("--out", help="output folder (default: $OUT)")
     p = sub.add_parser("check")

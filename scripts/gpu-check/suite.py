@@ -202,7 +202,7 @@ def build(work, log_dir, jobs, limit):
                 continue
             items.append({
                 "id": "suite/" + rel, "kind": "suite", "cwd": "w/tests/" + os.path.dirname(rel),
-                "script": script_there(r, commands), "timeout": 120, "xfail": xfail,
+                "script": script_there(r, commands), "timeout": 60, "xfail": xfail,
                 "commands": ["line %d: %s" % (l, c) for l, c in commands],
             })
     return items, sorted(skipped), suite_root
