@@ -178,15 +178,16 @@ def check(manifest_path, results_dir, suite_root, work_dir):
             v = verdicts.get((i, rt))
             return bool(v) and all(x[0] in ("pass", "xfail", "skip") for x in v)
         ours = [i for i in ids if passed(i, OURS) or passed(i, NONE)]
+        on_llvm = any((i, LLVM) in verdicts for i in ids)  # the dry run runs the suite on ours only
         llvm = [i for i in ids if passed(i, LLVM)]
-        reg = [i for i in ids if passed(i, LLVM) and not passed(i, OURS)] if manifest["llvm_runtime"] else []
+        reg = [i for i in ids if passed(i, LLVM) and not passed(i, OURS)]
         only = [i for i in ids if passed(i, OURS) and (i, LLVM) in verdicts and not passed(i, LLVM)]
         regressions += reg
         failures += [(i, rt, v) for i in ids for rt in (OURS, NONE) for v in verdicts.get((i, rt), [])
                      if v[0] not in ("pass", "xfail", "skip")]
         lines.append("%-8s %6d %10d %10s %11s %10s" % (
-            kind, len(ids), len(ours), len(llvm) if manifest["llvm_runtime"] else "-",
-            len(reg) if manifest["llvm_runtime"] else "-", len(only) if manifest["llvm_runtime"] else "-"))
+            kind, len(ids), len(ours), len(llvm) if on_llvm else "-", len(reg) if on_llvm else "-",
+            len(only) if on_llvm else "-"))
     lines.append("")
     best = speed_rows(os.path.join(results_dir, OUT_SPEED))
     if mode == "cpu":
@@ -197,7 +198,7 @@ def check(manifest_path, results_dir, suite_root, work_dir):
     for i, rt, (v, why) in failures:
         lines.append("%s on %s: %s %s" % (i, rt, v, why))
     skipped = manifest.get("skipped", [])
-    lines.append("not built or not run there (%d): see the manifest's `skipped` list" % len(skipped))
+    lines.append("not built (%d): listed with the reason in .gpucheck/skipped.txt" % len(skipped))
     with open(report_path, "w") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines))

@@ -98,6 +98,13 @@ def cpu_command(src, out):
             "-o", out, os.path.join(DEPS, "lib19", "libomptarget.devicertl.a")]
 
 
+def first_error(log):
+    """The first line naming an error in the last command of a build log (else its last line)."""
+    last = tail_of(log, 20000).rsplit("\n$ ", 1)[-1].splitlines()[1:]
+    errors = [l.strip() for l in last if "error" in l.lower()]
+    return (errors or [l.strip() for l in last if l.strip()] or ["?"])[0][:300]
+
+
 def run_here(exe, lib, args=(), timeout=120):
     """(status, stdout) of `exe` on the runtime in `lib` here (the x86_64 host device)."""
     env = dict(os.environ, LD_LIBRARY_PATH=lib + os.pathsep + LLVM19_LIB)
@@ -136,8 +143,7 @@ def build_e2e(bundle, log_dir, limit):
         for compiler in compilers:
             gpu = os.path.join(d, "gpu-" + compiler)
             if run_logged(gpu_command(compiler, src, gpu), log, cwd=d, env=cuda_env()) != 0:
-                skipped.append(("e2e/%s/%s" % (compiler, rel),
-                                "build failed here: " + tail_of(log, 300).strip().splitlines()[-1]))
+                skipped.append(("e2e/%s/%s" % (compiler, rel), "build failed here: " + first_error(log)))
                 continue
             items.append({
                 "id": "e2e/%s/%s" % (compiler, rel), "kind": "e2e", "what": what, "cwd": "p/" + name,
