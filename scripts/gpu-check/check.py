@@ -46,6 +46,17 @@ def first_line(path):
         return ""
 
 
+def stderr_hint(d):
+    """The line of a failed run's stderr that most likely says why (one naming an error)."""
+    try:
+        with open(os.path.join(d, "stderr"), errors="replace") as f:
+            lines = [l.strip() for l in f if l.strip()]
+    except OSError:
+        return ""
+    named = [l for l in lines if "error" in l.lower() or "fatal" in l.lower()]
+    return ((named or lines or [""])[0])[:240]
+
+
 def normalized(text, rule):
     lines = text.splitlines()
     if not rule:
@@ -68,14 +79,14 @@ def judge(item, row, d, suite_root):
     stdout = open(os.path.join(d, "stdout"), errors="replace").read() if os.path.exists(os.path.join(d, "stdout")) else ""
     if item["kind"] == "suite":
         ok = row["status"] == "ok"
-        why = "" if ok else "exit status %s" % row["rc"]
+        why = "" if ok else "exit status %s: %s" % (row["rc"], stderr_hint(d))
         if ok:
             ok, why = filecheck_captures(d, suite_root)
         if item.get("xfail"):
             return ("xpass" if ok else "xfail"), why
         return ("pass" if ok else "fail"), why
     if row["status"] != "ok":
-        return "fail", "exit status %s" % row["rc"]
+        return "fail", "exit status %s: %s" % (row["rc"], stderr_hint(d))
     if item["kind"] == "e2e":
         if item.get("expected") is None:
             return "pass", "exit status 0 (no reference output)"
