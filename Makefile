@@ -112,3 +112,9 @@ lint:
 clean:
 	$(CARGO) clean
 	rm -rf "$(DIST)"
+
+# The GPU check's dry run (docs/gpu-check.md): builds the bundle for sm_90 and runs what it can
+# without a GPU; prints the device tool call for the real run.
+.PHONY: gpu-check-dry
+gpu-check-dry: setup dist
+	./scripts/gpu-check.sh dry-run
