@@ -118,6 +118,15 @@ fn counts(dyn_rc: u64, hold_rc: u64, hold: bool, change: RcChange) -> String {
     }
 }
 
+/// A new entry's count: `0->1`, or `0` when it stays 0.
+fn from_zero(rc: u64) -> String {
+    if rc == 0 {
+        "0".into()
+    } else {
+        format!("0->{}", rc_str(rc))
+    }
+}
+
 fn kind_name(kind: TargetKind) -> &'static str {
     match kind {
         TargetKind::Target => "target region",
@@ -155,9 +164,9 @@ impl Observer for DebugObserver {
             }
             Event::MapCreated { device, base, begin, size, tgt_alloc, tgt_begin, dyn_rc, hold_rc, name } => {
                 l(format_args!(
-                    "device {device}: lookup HstPtrBegin=0x{begin:016x} Size={size}: new; Creating new map entry with HstPtrBase=0x{base:016x}, HstPtrBegin=0x{begin:016x}, TgtAllocBegin=0x{tgt_alloc:016x}, TgtPtrBegin=0x{tgt_begin:016x}, Size={size}, DynRefCount=0->{}, HoldRefCount=0->{}, Name={}",
-                    rc_str(dyn_rc),
-                    rc_str(hold_rc),
+                    "device {device}: lookup HstPtrBegin=0x{begin:016x} Size={size}: new; Creating new map entry with HstPtrBase=0x{base:016x}, HstPtrBegin=0x{begin:016x}, TgtAllocBegin=0x{tgt_alloc:016x}, TgtPtrBegin=0x{tgt_begin:016x}, Size={size}, DynRefCount={}, HoldRefCount={}, Name={}",
+                    from_zero(dyn_rc),
+                    from_zero(hold_rc),
                     var_name(name)
                 ))
             }

@@ -129,7 +129,12 @@ impl DeviceCtx {
             }
             self.backend.alloc(size, kind)
         });
-        crate::debug!("omptarget", "device {}: plugin alloc({size}, {kind:?}) -> {r:x?}", self.id);
+        crate::debug!(
+            "omptarget",
+            "device {}: plugin alloc({size}, {kind:?}) -> {}",
+            self.id,
+            r.as_ref().map_or_else(|e| format!("error: {e}"), |p| format!("0x{p:016x}"))
+        );
         self.check(r, DeviceOp::Alloc)
     }
 
