@@ -135,7 +135,13 @@ impl Runtime {
                 continue;
             }
             let found = dev.backend.global(image, &cname);
-            crate::debug!("omptarget", "device {}: global {name} (host 0x{:016x}, {} bytes) -> {found:x?}", dev.id, e.addr, e.size);
+            crate::debug!(
+                "omptarget",
+                "device {}: global {name} (host 0x{:016x}, {} bytes) -> {found:x?}",
+                dev.id,
+                e.addr,
+                e.size
+            );
             let tgt = match found {
                 Ok(g) => g.addr,
                 Err(_) => {

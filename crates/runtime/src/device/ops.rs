@@ -115,7 +115,11 @@ impl DeviceCtx {
                 crate::debug!("omptarget", "device {}: memory manager hit: {size} bytes at 0x{p:016x}", self.id);
                 return Ok(p);
             }
-            crate::debug!("omptarget", "device {}: memory manager miss: {size} bytes, allocating on the device", self.id);
+            crate::debug!(
+                "omptarget",
+                "device {}: memory manager miss: {size} bytes, allocating on the device",
+                self.id
+            );
             return self.alloc_direct(MemoryManager::class(size).1, kind);
         }
         self.alloc_direct(size, kind)
@@ -241,7 +245,11 @@ impl DeviceCtx {
     pub(crate) unsafe fn submit(&self, tgt: usize, host: usize, size: usize) -> Result<(), DeviceError> {
         // SAFETY: the caller's promise.
         let r = unsafe { self.backend.submit(tgt, host, size) };
-        crate::debug!("omptarget", "device {}: plugin submit(tgt 0x{tgt:016x}, hst 0x{host:016x}, {size}) -> {r:?}", self.id);
+        crate::debug!(
+            "omptarget",
+            "device {}: plugin submit(tgt 0x{tgt:016x}, hst 0x{host:016x}, {size}) -> {r:?}",
+            self.id
+        );
         self.check(r, DeviceOp::Submit)
     }
 
@@ -252,7 +260,11 @@ impl DeviceCtx {
     pub(crate) unsafe fn retrieve(&self, host: usize, tgt: usize, size: usize) -> Result<(), DeviceError> {
         // SAFETY: the caller's promise.
         let r = unsafe { self.backend.retrieve(host, tgt, size) };
-        crate::debug!("omptarget", "device {}: plugin retrieve(hst 0x{host:016x}, tgt 0x{tgt:016x}, {size}) -> {r:?}", self.id);
+        crate::debug!(
+            "omptarget",
+            "device {}: plugin retrieve(hst 0x{host:016x}, tgt 0x{tgt:016x}, {size}) -> {r:?}",
+            self.id
+        );
         self.check(r, DeviceOp::Retrieve)
     }
 
@@ -263,7 +275,11 @@ impl DeviceCtx {
     pub(crate) unsafe fn copy_within(&self, dst: usize, src: usize, len: usize) -> Result<(), DeviceError> {
         // SAFETY: the caller's promise.
         let r = unsafe { self.backend.copy_within(dst, src, len) };
-        crate::debug!("omptarget", "device {}: plugin copy_within(0x{dst:016x}, 0x{src:016x}, {len}) -> {r:?}", self.id);
+        crate::debug!(
+            "omptarget",
+            "device {}: plugin copy_within(0x{dst:016x}, 0x{src:016x}, {len}) -> {r:?}",
+            self.id
+        );
         self.check(r, DeviceOp::CopyWithin)
     }
 
@@ -303,7 +319,12 @@ impl DeviceCtx {
         let start = rt.start_timer();
         // SAFETY: the caller's promise, passed on.
         let launched = unsafe { self.backend.launch(kernel, args, config) };
-        crate::debug!("omptarget", "device {}: plugin launch({kernel:?}, {} arguments) -> {launched:?}", self.id, args.len());
+        crate::debug!(
+            "omptarget",
+            "device {}: plugin launch({kernel:?}, {} arguments) -> {launched:?}",
+            self.id,
+            args.len()
+        );
         if let Some(t) = Runtime::stop_timer(start) {
             rt.emit(&event(Some(t)));
         }
