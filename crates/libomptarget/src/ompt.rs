@@ -1,5 +1,12 @@
 //! OMPT device tracing: connect to libomp's tool interface, as LLVM's runtime does, and
 //! forward the runtime's events to the callbacks the tool registered.
+//!
+//! As in LLVM (`offload/libomptarget/OpenMP/OMPT/Callback.cpp`): a registered EMI form
+//! (`target_emi`, `target_data_op_emi`, `target_submit_emi`) replaces its plain form; EMI
+//! callbacks come in begin/end pairs around the operation, with the thread's `target_data`
+//! (which the tool may set at the region's begin and gets back at every callback inside it)
+//! and the thread's `host_op_id` (set by the tool at an operation's begin, passed back at its
+//! end). LLVM dispatches no `target_map(_emi)`; neither do we.
 
 use omp_runtime::trace::{self, Direction, Event, EventCx, EventKind, Interest, Kinds, Observer, TargetKind};
 use std::ffi::{c_char, c_void};
@@ -23,6 +30,13 @@ const CB_TARGET_DATA_OP: i32 = 9;
 const CB_TARGET_SUBMIT: i32 = 10;
 const CB_DEVICE_INITIALIZE: i32 = 12;
 const CB_DEVICE_LOAD: i32 = 14;
+const CB_TARGET_EMI: i32 = 33;
+const CB_TARGET_DATA_OP_EMI: i32 = 34;
+const CB_TARGET_SUBMIT_EMI: i32 = 35;
+
+/// `ompt_scope_endpoint_t`.
+const SCOPE_BEGIN: i32 = 1;
+const SCOPE_END: i32 = 2;
 
 /// The tool's callbacks (addresses), as libomp handed them over.
 #[derive(Default, Debug)]
@@ -32,6 +46,32 @@ pub struct Callbacks {
     submit: usize,
     device_init: usize,
     device_load: usize,
+    target_emi: usize,
+    data_op_emi: usize,
+    submit_emi: usize,
+    /// libomp's `ompt_get_task_data` (the encountering task's data, for `target_emi`).
+    get_task_data: usize,
+}
+
+impl Callbacks {
+    /// Some EMI callback is registered: the tool gets operations' ends, so the runtime
+    /// reports them (measured intervals).
+    fn any_emi(&self) -> bool {
+        self.target_emi | self.data_op_emi | self.submit_emi != 0
+    }
+}
+
+/// `ompt_data_t`: a 64-bit value or a pointer, the tool's to set.
+type OmptData = u64;
+
+thread_local! {
+    /// The target region this thread is in: the tool's `target_data` (LLVM's per-thread
+    /// `TargetData`), zeroed at each region's begin.
+    static TARGET_DATA: std::cell::Cell<OmptData> = const { std::cell::Cell::new(0) };
+    /// The data operation or submission in progress: the tool's `host_op_id`.
+    static HOST_OP_ID: std::cell::Cell<u64> = const { std::cell::Cell::new(0) };
+    /// `target_task_data` (no deferred target tasks yet: always none).
+    static TARGET_TASK_DATA: std::cell::Cell<OmptData> = const { std::cell::Cell::new(0) };
 }
 
 static CALLBACKS: OnceLock<Callbacks> = OnceLock::new();
@@ -54,12 +94,18 @@ unsafe extern "C" fn initialize(lookup: Lookup, _initial_device: i32, _tool_data
             0
         }
     };
+    // SAFETY: as above.
+    let get_task_data = unsafe { lookup(c"ompt_get_task_data".as_ptr()) } as usize;
     let _ = CALLBACKS.set(Callbacks {
         target: fetch(CB_TARGET),
         data_op: fetch(CB_TARGET_DATA_OP),
         submit: fetch(CB_TARGET_SUBMIT),
         device_init: fetch(CB_DEVICE_INITIALIZE),
         device_load: fetch(CB_DEVICE_LOAD),
+        target_emi: fetch(CB_TARGET_EMI),
+        data_op_emi: fetch(CB_TARGET_DATA_OP_EMI),
+        submit_emi: fetch(CB_TARGET_SUBMIT_EMI),
+        get_task_data,
     });
     1
 }
@@ -83,6 +129,7 @@ pub fn connect() -> Option<Box<dyn Observer>> {
     unsafe { connect(result as *mut StartToolResult) };
     let cbs = CALLBACKS.get()?;
     let any = cbs.target | cbs.data_op | cbs.submit | cbs.device_init | cbs.device_load;
+    let any = any | cbs.target_emi | cbs.data_op_emi | cbs.submit_emi;
     (any != 0).then(|| Box::new(OmptObserver) as Box<dyn Observer>)
 }
 
@@ -100,11 +147,13 @@ const OP_FROM_DEVICE: i32 = 3;
 const OP_DELETE: i32 = 4;
 
 impl Observer for OmptObserver {
-    /// The events OMPT has callbacks for; no intervals (the tool times what it wants).
+    /// The events OMPT has callbacks for; intervals only for EMI callbacks (whose end
+    /// endpoints come with the events that report an operation done).
     fn interest(&self) -> Interest {
         use EventKind::*;
         Interest {
             kinds: Kinds::of(&[DeviceInit, ImageLoaded, Construct, Alloc, Free, Transfer, Kernel]),
+            timing: cbs().any_emi(),
             ..Interest::NONE
         }
     }
@@ -117,15 +166,27 @@ impl Observer for OmptObserver {
             Event::Construct { kind, begin, device, target_id, codeptr, .. } => {
                 target(kind, begin, device, target_id, codeptr)
             }
-            Event::Alloc { device, host: hp, tgt, bytes, .. } => data_op(OP_ALLOC, hp, host(), tgt, device, bytes),
-            Event::Free { device, tgt, bytes, .. } => data_op(OP_DELETE, tgt, device, 0, host(), bytes),
-            Event::Transfer { device, dir: Direction::ToDevice, host: hp, tgt, bytes, done: None, .. } => {
-                data_op(OP_TO_DEVICE, hp, host(), tgt, device, bytes)
+            // Allocations and frees are reported once done: their EMI begin and end come
+            // together.
+            Event::Alloc { device, host: hp, tgt, bytes, .. } => {
+                for endpoint in [SCOPE_BEGIN, SCOPE_END] {
+                    data_op(endpoint, OP_ALLOC, hp, host(), tgt, device, bytes);
+                }
             }
-            Event::Transfer { device, dir: Direction::FromDevice, host: hp, tgt, bytes, done: None, .. } => {
-                data_op(OP_FROM_DEVICE, tgt, device, hp, host(), bytes)
+            Event::Free { device, tgt, bytes, .. } => {
+                // LLVM's EMI delete says 0 bytes; the plain form keeps the size it always had.
+                let bytes = if cbs().data_op_emi != 0 { 0 } else { bytes };
+                for endpoint in [SCOPE_BEGIN, SCOPE_END] {
+                    data_op(endpoint, OP_DELETE, tgt, device, 0, host(), bytes);
+                }
             }
-            Event::Kernel { teams, done: None, .. } => submit(teams),
+            Event::Transfer { device, dir: Direction::ToDevice, host: hp, tgt, bytes, done, .. } => {
+                data_op(endpoint_of(done.is_none()), OP_TO_DEVICE, hp, host(), tgt, device, bytes)
+            }
+            Event::Transfer { device, dir: Direction::FromDevice, host: hp, tgt, bytes, done, .. } => {
+                data_op(endpoint_of(done.is_none()), OP_FROM_DEVICE, tgt, device, hp, host(), bytes)
+            }
+            Event::Kernel { teams, done, .. } => submit(endpoint_of(done.is_none()), teams),
             _ => {}
         }
     }
@@ -166,17 +227,53 @@ fn device_load(device: i32, image: &[u8], module_id: u64) {
     }
 }
 
+fn endpoint_of(begin: bool) -> i32 {
+    if begin {
+        SCOPE_BEGIN
+    } else {
+        SCOPE_END
+    }
+}
+
+/// The encountering task's `ompt_data_t`, from libomp (null if it has none).
+fn task_data() -> *mut OmptData {
+    type F = unsafe extern "C" fn() -> *mut OmptData;
+    if cbs().get_task_data == 0 {
+        return std::ptr::null_mut();
+    }
+    // SAFETY: "ompt_get_task_data" has type `ompt_get_task_data_t`.
+    unsafe { std::mem::transmute::<usize, F>(cbs().get_task_data)() }
+}
+
 fn target(kind: TargetKind, begin: bool, device: i32, target_id: u64, codeptr: usize) {
-    type F = unsafe extern "C" fn(i32, i32, i32, *mut c_void, u64, *const c_void);
-    if cbs().target != 0 {
-        let endpoint = if begin { 1 } else { 2 };
+    let endpoint = endpoint_of(begin);
+    if cbs().target_emi != 0 {
+        type F = unsafe extern "C" fn(i32, i32, i32, *mut OmptData, *mut OmptData, *mut OmptData, *const c_void);
+        if begin {
+            TARGET_DATA.with(|d| d.set(0));
+        }
+        // SAFETY: registered for ompt_callback_target_emi, whose type is F; the data
+        // pointers are this thread's and live as long as it.
+        unsafe {
+            std::mem::transmute::<usize, F>(cbs().target_emi)(
+                kind as i32,
+                endpoint,
+                device,
+                task_data(),
+                TARGET_TASK_DATA.with(|d| d.as_ptr()),
+                TARGET_DATA.with(|d| d.as_ptr()),
+                codeptr as *const c_void,
+            )
+        };
+    } else if cbs().target != 0 {
+        type F = unsafe extern "C" fn(i32, i32, i32, *mut OmptData, u64, *const c_void);
         // SAFETY: registered for ompt_callback_target, whose type is F.
         unsafe {
             std::mem::transmute::<usize, F>(cbs().target)(
                 kind as i32,
                 endpoint,
                 device,
-                std::ptr::null_mut(),
+                task_data(),
                 target_id,
                 codeptr as *const c_void,
             )
@@ -184,10 +281,42 @@ fn target(kind: TargetKind, begin: bool, device: i32, target_id: u64, codeptr: u
     }
 }
 
-fn data_op(op: i32, src: usize, src_device: i32, dst: usize, dst_device: i32, bytes: usize) {
-    type F = unsafe extern "C" fn(u64, u64, i32, *mut c_void, i32, *mut c_void, i32, usize, *const c_void);
-    if cbs().data_op != 0 {
-        let (target_id, codeptr) = trace::current();
+#[allow(clippy::too_many_arguments)]
+fn data_op(endpoint: i32, op: i32, src: usize, src_device: i32, dst: usize, dst_device: i32, bytes: usize) {
+    let (target_id, codeptr) = trace::current();
+    if cbs().data_op_emi != 0 {
+        type F = unsafe extern "C" fn(
+            i32,
+            *mut OmptData,
+            *mut OmptData,
+            *mut u64,
+            i32,
+            *mut c_void,
+            i32,
+            *mut c_void,
+            i32,
+            usize,
+            *const c_void,
+        );
+        // SAFETY: registered for ompt_callback_target_data_op_emi, whose type is F; the
+        // data pointers are this thread's and live as long as it.
+        unsafe {
+            std::mem::transmute::<usize, F>(cbs().data_op_emi)(
+                endpoint,
+                TARGET_TASK_DATA.with(|d| d.as_ptr()),
+                TARGET_DATA.with(|d| d.as_ptr()),
+                HOST_OP_ID.with(|d| d.as_ptr()),
+                op,
+                src as *mut c_void,
+                src_device,
+                dst as *mut c_void,
+                dst_device,
+                bytes,
+                codeptr as *const c_void,
+            )
+        };
+    } else if cbs().data_op != 0 && endpoint == SCOPE_BEGIN {
+        type F = unsafe extern "C" fn(u64, u64, i32, *mut c_void, i32, *mut c_void, i32, usize, *const c_void);
         // SAFETY: registered for ompt_callback_target_data_op, whose type is F.
         unsafe {
             std::mem::transmute::<usize, F>(cbs().data_op)(
@@ -205,9 +334,21 @@ fn data_op(op: i32, src: usize, src_device: i32, dst: usize, dst_device: i32, by
     }
 }
 
-fn submit(num_teams: u32) {
-    type F = unsafe extern "C" fn(u64, u64, u32);
-    if cbs().submit != 0 {
+fn submit(endpoint: i32, num_teams: u32) {
+    if cbs().submit_emi != 0 {
+        type F = unsafe extern "C" fn(i32, *mut OmptData, *mut u64, u32);
+        // SAFETY: registered for ompt_callback_target_submit_emi, whose type is F; the data
+        // pointers are this thread's and live as long as it.
+        unsafe {
+            std::mem::transmute::<usize, F>(cbs().submit_emi)(
+                endpoint,
+                TARGET_DATA.with(|d| d.as_ptr()),
+                HOST_OP_ID.with(|d| d.as_ptr()),
+                num_teams,
+            )
+        };
+    } else if cbs().submit != 0 && endpoint == SCOPE_BEGIN {
+        type F = unsafe extern "C" fn(u64, u64, u32);
         let (target_id, _) = trace::current();
         // SAFETY: registered for ompt_callback_target_submit, whose type is F.
         unsafe { std::mem::transmute::<usize, F>(cbs().submit)(target_id, trace::next_id(), num_teams) };

@@ -31,8 +31,11 @@ pub enum CheckMode {
 pub struct Config {
     /// Shared with the INFO observer, which reads it at each event.
     info: Arc<AtomicU32>,
-    /// `LIBOMPTARGET_DEBUG` level; never silences INFO.
+    /// `LIBOMPTARGET_DEBUG` level: any non-zero value (-1 included) turns the trace on;
+    /// never silences INFO.
     pub debug: u32,
+    /// `LIBOMPTARGET_DEBUG_FILE`: where the trace goes instead of stderr.
+    pub debug_file: Option<String>,
     /// `LIBOMPTARGET_TREAT_ATTACH_AUTO_AS_ALWAYS`.
     pub attach_always: bool,
     /// `LIBOMPTARGET_MEMORY_MANAGER_THRESHOLD`; 0 disables the memory manager.
@@ -60,6 +63,7 @@ impl Default for Config {
         Self {
             info: Arc::new(AtomicU32::new(0)),
             debug: 0,
+            debug_file: None,
             attach_always: false,
             mm_threshold: 8192,
             profile: None,
@@ -128,11 +132,12 @@ impl Config {
             c.info = Arc::new(AtomicU32::new(v as u32));
         }
         if let Some(v) = int_var("LIBOMPTARGET_DEBUG") {
-            c.debug = v.max(0) as u32;
+            c.debug = v as u32;
         }
         if let Some(v) = int_var("LIBOMPTARGET_MEMORY_MANAGER_THRESHOLD") {
             c.mm_threshold = v.max(0) as usize;
         }
+        c.debug_file = get("LIBOMPTARGET_DEBUG_FILE");
         c.profile = get("LIBOMPTARGET_PROFILE").filter(|p| !p.is_empty());
         c.profile_summary = get("LIBOMPTARGET_PROFILE_SUMMARY").and_then(|v| parse_bool(&v)).unwrap_or(false);
         c.attach_always = get("LIBOMPTARGET_TREAT_ATTACH_AUTO_AS_ALWAYS").and_then(|v| parse_bool(&v)).unwrap_or(false);
@@ -212,6 +217,15 @@ mod tests {
         assert_eq!(c.info(), 0);
         let c = Config::from_env(|k| (k == "LIBOMPTARGET_MEMORY_MANAGER_THRESHOLD").then(|| "0".to_string()));
         assert_eq!(c.mm_threshold, 0);
+    }
+
+    #[test]
+    fn debug_is_on_for_every_non_zero_level() {
+        let debug = |v: &str| Config::from_env(|k| (k == "LIBOMPTARGET_DEBUG").then(|| v.to_string())).debug;
+        assert_ne!(debug("-1"), 0, "-1 is all bits, as the docs say");
+        assert_ne!(debug("1"), 0);
+        assert_eq!(debug("0"), 0);
+        assert_eq!(debug("lots"), 0);
     }
 
     #[test]

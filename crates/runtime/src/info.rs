@@ -120,14 +120,20 @@ pub fn info(device: i32, msg: std::fmt::Arguments) {
     emit(&format!("omptarget device {device} info: {msg}\n"));
 }
 
-/// `omptarget message: <msg>`
+/// `omptarget message: <msg>` (copied into the debug file, when there is one)
 pub fn message(msg: std::fmt::Arguments) {
     emit(&format!("omptarget message: {msg}\n"));
+    if crate::debug::on() && crate::debug::to_file() {
+        crate::debug::line("omptarget", format_args!("message: {msg}"));
+    }
 }
 
-/// `omptarget error: <msg>`
+/// `omptarget error: <msg>` (copied into the debug file, when there is one)
 pub fn error(msg: std::fmt::Arguments) {
     emit(&format!("omptarget error: {msg}\n"));
+    if crate::debug::on() && crate::debug::to_file() {
+        crate::debug::line("omptarget", format_args!("error: {msg}"));
+    }
 }
 
 /// The mapping table in LLVM's layout (INFO bit 0x4 and `ompx_dump_mapping_tables`).
@@ -163,16 +169,6 @@ fn table_row(e: &MapEntry) -> String {
         rc_str(e.hold_rc),
         declaration(e.name)
     )
-}
-
-/// `LIBOMPTARGET_DEBUG`: a line prefixed with its component, when the level is set.
-#[macro_export]
-macro_rules! debug {
-    ($rt:expr, $component:literal, $($arg:tt)*) => {
-        if $rt.config.debug > 0 {
-            $crate::info::emit(&format!(concat!($component, " --> {}\n"), format_args!($($arg)*)));
-        }
-    };
 }
 
 /// INFO output (`LIBOMPTARGET_INFO`) as an observer of the runtime's events: each bit's

@@ -10,6 +10,7 @@ pub mod compose;
 pub mod config;
 pub mod construct;
 pub mod data;
+pub mod debug;
 pub mod device;
 pub mod info;
 pub mod launch;
@@ -128,6 +129,10 @@ impl Runtime {
     /// asked for).
     fn builtin_observers(config: &Config) -> Vec<Box<dyn trace::Observer>> {
         let mut v: Vec<Box<dyn trace::Observer>> = vec![Box::new(info::InfoObserver::new(config.info_bits()))];
+        if config.debug != 0 {
+            debug::start(config.debug, config.debug_file.as_deref());
+            v.push(Box::new(debug::DebugObserver));
+        }
         if let Some(p) = profile::Profiler::new(config.profile.clone(), config.profile_summary) {
             v.push(Box::new(p));
         }

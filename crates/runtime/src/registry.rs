@@ -120,7 +120,6 @@ impl Runtime {
 
     fn register_lib_now(&self, desc: Descriptor) {
         crate::debug!(
-            self,
             "omptarget",
             "registering binary {:#x}: {} image(s), {} entries ({:?} layout)",
             desc.key,
@@ -152,7 +151,7 @@ impl Runtime {
                     triple = from_elf.to_string();
                 }
                 let arch = OffloadBinary::parse(&img.bytes).map(|b| b.arch().to_string()).unwrap_or(arch);
-                if self.config.debug > 0 || self.config.info() != 0 {
+                if self.config.debug != 0 || self.config.info() != 0 {
                     let what = match (triple.as_str(), arch.as_str()) {
                         ("", _) => "not an image of a known target".to_string(),
                         (t, "") => format!("triple {t}"),
@@ -160,7 +159,7 @@ impl Runtime {
                     };
                     info::emit(&format!(
                         "omptarget {}: image of {} bytes ({what}) suits no plugin: no device here runs it\n",
-                        if self.config.debug > 0 { "debug" } else { "info" },
+                        if self.config.debug != 0 { "debug" } else { "info" },
                         bytes.len()
                     ));
                 }
@@ -316,7 +315,7 @@ impl Runtime {
         drop(devices);
         for (id, index) in ids {
             self.emit(&crate::trace::Event::DeviceInit { device: id });
-            crate::debug!(self, "omptarget", "device {id} is device {index} of plugin {}", p.name());
+            crate::debug!("omptarget", "device {id} is device {index} of plugin {}", p.name());
         }
     }
 

@@ -26,6 +26,13 @@ impl Runtime {
             Some(s) => *s = shadow,
             None => e.shadows.push(shadow),
         }
+        crate::debug!(
+            "omptarget",
+            "attach: device pointer at TgtPtr=0x{:016x} set to 0x{:016x} (host pointer at 0x{:016x})",
+            shadow.tgt_addr,
+            shadow.tgt_val,
+            shadow.host_addr
+        );
         st.copies.push(PendingCopy::Pointer { tgt: shadow.tgt_addr, value: shadow.tgt_val, name });
     }
 
@@ -60,6 +67,10 @@ impl Runtime {
                 Some(s) => *s = shadow,
                 None => e.shadows.push(shadow),
             }
+            crate::debug!(
+                "omptarget",
+                "attach: device pointer at TgtPtr=0x{tgt_addr:016x} set to 0x{expected:016x} (host pointer at 0x{ptr_addr:016x})"
+            );
             st.copies.push(PendingCopy::Pointer { tgt: tgt_addr, value: expected, name });
         }
         drop(table);

@@ -86,7 +86,9 @@ impl Runtime {
     fn load_one(&self, dev: &DeviceCtx, job: &LoadJob) -> Result<ImageId, LoadError> {
         let image = &job.image;
         let start = self.start_timer();
-        let image_id = dev.backend.load_image(image.bytes()).map_err(LoadError::Image)?;
+        let loaded = dev.backend.load_image(image.bytes());
+        crate::debug!("omptarget", "device {}: plugin load_image({} bytes) -> {loaded:?}", dev.id, image.bytes().len());
+        let image_id = loaded.map_err(LoadError::Image)?;
         let bound = self.bind_entries(dev, image_id, &job.entries);
         self.emit(&crate::trace::Event::ImageLoaded {
             device: dev.id,
@@ -97,7 +99,6 @@ impl Runtime {
             time: Self::stop_timer(start),
         });
         crate::debug!(
-            self,
             "omptarget",
             "device {}: loaded image of {} bytes, {} entries",
             dev.id,
@@ -125,13 +126,23 @@ impl Runtime {
             let Some(name) = info::map_name(crate::registry::entry_name(e)) else { continue };
             let Ok(cname) = CString::new(name) else { continue };
             if e.size == 0 {
-                match dev.backend.kernel(image, &cname) {
+                let found = dev.backend.kernel(image, &cname);
+                crate::debug!("omptarget", "device {}: kernel {name} (host 0x{:016x}) -> {found:?}", dev.id, e.addr);
+                match found {
                     Ok(k) => kernels.push((e.addr as usize, k)),
                     Err(err) => info::error(format_args!("Failed to load kernel {name}: {err}")),
                 }
                 continue;
             }
-            let tgt = match dev.backend.global(image, &cname) {
+            let found = dev.backend.global(image, &cname);
+            crate::debug!(
+                "omptarget",
+                "device {}: global {name} (host 0x{:016x}, {} bytes) -> {found:x?}",
+                dev.id,
+                e.addr,
+                e.size
+            );
+            let tgt = match found {
                 Ok(g) => g.addr,
                 Err(_) => {
                     info::error(format_args!("Failed to load symbol {name}"));

@@ -99,6 +99,7 @@ impl DeviceCtx {
     /// failure that says so is the one that reports it).
     fn failed(&self, source: PluginError, op: DeviceOp) -> DeviceError {
         let newly_lost = source.is_lost() && self.lost.set(source.reason.clone()).is_ok();
+        crate::debug!("omptarget", "device {}: plugin call failed while {op}: {source}", self.id);
         DeviceError { op, source, device: self.id, newly_lost }
     }
 
@@ -111,8 +112,14 @@ impl DeviceCtx {
     pub(crate) fn alloc(&self, size: usize, kind: AllocKind) -> Result<usize, DeviceError> {
         if self.mm.manages(size) {
             if let Some(p) = self.mm.take(size) {
+                crate::debug!("omptarget", "device {}: memory manager hit: {size} bytes at 0x{p:016x}", self.id);
                 return Ok(p);
             }
+            crate::debug!(
+                "omptarget",
+                "device {}: memory manager miss: {size} bytes, allocating on the device",
+                self.id
+            );
             return self.alloc_direct(MemoryManager::class(size).1, kind);
         }
         self.alloc_direct(size, kind)
@@ -126,6 +133,12 @@ impl DeviceCtx {
             }
             self.backend.alloc(size, kind)
         });
+        crate::debug!(
+            "omptarget",
+            "device {}: plugin alloc({size}, {kind:?}) -> {}",
+            self.id,
+            r.as_ref().map_or_else(|e| format!("error: {e}"), |p| format!("0x{p:016x}"))
+        );
         self.check(r, DeviceOp::Alloc)
     }
 
@@ -140,6 +153,7 @@ impl DeviceCtx {
     /// Frees memory from [`DeviceCtx::alloc`] of `size` bytes.
     pub(crate) fn free_sized(&self, ptr: usize, size: usize, kind: AllocKind) -> Result<(), DeviceError> {
         if self.mm.manages(size) {
+            crate::debug!("omptarget", "device {}: memory manager keeps {size} bytes at 0x{ptr:016x}", self.id);
             self.mm.give_back(ptr, size);
             return Ok(());
         }
@@ -148,7 +162,9 @@ impl DeviceCtx {
 
     /// Frees memory from [`DeviceCtx::alloc_direct`].
     pub(crate) fn free_direct(&self, ptr: usize, kind: AllocKind) -> Result<(), DeviceError> {
-        self.check(self.backend.free(ptr, kind), DeviceOp::Free)
+        let r = self.backend.free(ptr, kind);
+        crate::debug!("omptarget", "device {}: plugin free(0x{ptr:016x}, {kind:?}) -> {r:?}", self.id);
+        self.check(r, DeviceOp::Free)
     }
 
     /// Frees the device memory of a removed mapping, with its `Free` event.
@@ -228,7 +244,13 @@ impl DeviceCtx {
     /// `[host, host+size)` must be readable program memory for the duration of the call.
     pub(crate) unsafe fn submit(&self, tgt: usize, host: usize, size: usize) -> Result<(), DeviceError> {
         // SAFETY: the caller's promise.
-        self.check(unsafe { self.backend.submit(tgt, host, size) }, DeviceOp::Submit)
+        let r = unsafe { self.backend.submit(tgt, host, size) };
+        crate::debug!(
+            "omptarget",
+            "device {}: plugin submit(tgt 0x{tgt:016x}, hst 0x{host:016x}, {size}) -> {r:?}",
+            self.id
+        );
+        self.check(r, DeviceOp::Submit)
     }
 
     /// Device→host copy with no event (the device memory API reports its own).
@@ -237,7 +259,13 @@ impl DeviceCtx {
     /// `[host, host+size)` must be writable program memory for the duration of the call.
     pub(crate) unsafe fn retrieve(&self, host: usize, tgt: usize, size: usize) -> Result<(), DeviceError> {
         // SAFETY: the caller's promise.
-        self.check(unsafe { self.backend.retrieve(host, tgt, size) }, DeviceOp::Retrieve)
+        let r = unsafe { self.backend.retrieve(host, tgt, size) };
+        crate::debug!(
+            "omptarget",
+            "device {}: plugin retrieve(hst 0x{host:016x}, tgt 0x{tgt:016x}, {size}) -> {r:?}",
+            self.id
+        );
+        self.check(r, DeviceOp::Retrieve)
     }
 
     /// Copies `len` bytes between two places of this device's memory.
@@ -246,7 +274,13 @@ impl DeviceCtx {
     /// As [`omp_plugin::Device::copy_within`]: both ranges lie in this device's memory.
     pub(crate) unsafe fn copy_within(&self, dst: usize, src: usize, len: usize) -> Result<(), DeviceError> {
         // SAFETY: the caller's promise.
-        self.check(unsafe { self.backend.copy_within(dst, src, len) }, DeviceOp::CopyWithin)
+        let r = unsafe { self.backend.copy_within(dst, src, len) };
+        crate::debug!(
+            "omptarget",
+            "device {}: plugin copy_within(0x{dst:016x}, 0x{src:016x}, {len}) -> {r:?}",
+            self.id
+        );
+        self.check(r, DeviceOp::CopyWithin)
     }
 
     /// Device bytes for an observer (the checker): no event, and a failure is the observer's
@@ -285,6 +319,12 @@ impl DeviceCtx {
         let start = rt.start_timer();
         // SAFETY: the caller's promise, passed on.
         let launched = unsafe { self.backend.launch(kernel, args, config) };
+        crate::debug!(
+            "omptarget",
+            "device {}: plugin launch({kernel:?}, {} arguments) -> {launched:?}",
+            self.id,
+            args.len()
+        );
         if let Some(t) = Runtime::stop_timer(start) {
             rt.emit(&event(Some(t)));
         }
@@ -308,7 +348,9 @@ impl DeviceCtx {
 
     /// Unloads an image no launch uses any more.
     pub(crate) fn unload_image(&self, image: omp_plugin::ImageId) -> Result<(), DeviceError> {
-        self.check(self.backend.unload_image(image), DeviceOp::Unload)
+        let r = self.backend.unload_image(image);
+        crate::debug!("omptarget", "device {}: plugin unload_image({image:?}) -> {r:?}", self.id);
+        self.check(r, DeviceOp::Unload)
     }
 }
 
