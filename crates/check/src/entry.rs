@@ -195,6 +195,7 @@ impl Entry {
     /// (`omp_target_memcpy`, `omp_target_memset`): nothing is known of them any more.
     pub fn forget(&mut self, s: usize, e: usize) {
         self.in_flight(s, e);
+        self.copies_used();
         for p in self.pages_for(s, e) {
             self.init[p] = true;
             self.unread[p] = false;
