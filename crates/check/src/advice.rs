@@ -10,7 +10,7 @@ use omp_runtime::map_type::{FROM, IMPLICIT, TO};
 use omp_runtime::trace::TargetKind;
 use omp_runtime::{info, Loc, MapName};
 use omp_sync::Mutex;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 /// At most this many places are listed (the rest are counted).
@@ -147,6 +147,14 @@ struct Who {
     range: Option<(usize, usize)>,
 }
 
+impl Who {
+    fn of(waste: Waste, m: Mapped) -> Who {
+        let var = report::var(m.name);
+        let range = (var.is_none() || waste == Waste::RepeatedAlloc).then_some((m.begin, m.size));
+        Who { var, range }
+    }
+}
+
 #[derive(Default)]
 struct Tally {
     times: u64,
@@ -158,10 +166,29 @@ struct Tally {
     name: MapName,
 }
 
+/// A copy's direction, for [`Advisor::needed`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(super) enum Copy {
+    /// To the device.
+    There,
+    /// Back to the host.
+    Back,
+}
+
+/// Places whose copies were needed at least once, remembered up to this many (beyond, no
+/// advice of the kinds that need them is given: missed, never wrong).
+const MAX_NEEDED: usize = 1 << 16;
+
 /// What was wasted where: (waste, construct, mapping) → totals.
 #[derive(Default)]
 pub(super) struct Advisor {
     tallies: Mutex<HashMap<(Waste, Loc, Who), Tally>>,
+    /// (direction, construct, mapping) of copies that were needed at least once: a place
+    /// whose copy was wasted once but needed another time (a loop whose first step changes
+    /// nothing) gets no advice to drop it. `None` once too many to remember.
+    needed: Mutex<Option<HashSet<(Copy, Loc, Who)>>>,
+    /// Some needed copies were not remembered.
+    forgot_needs: std::sync::atomic::AtomicBool,
     /// The time every copy of the run took (the measure of what is small).
     transfer_time: Mutex<Duration>,
 }
@@ -170,16 +197,40 @@ impl Advisor {
     /// Notes waste at construct `loc` on mapping `m`: `times` copies (or allocations) of
     /// `bytes` in all, which took `time`.
     pub fn note(&self, waste: Waste, loc: Loc, m: Mapped, times: u64, bytes: usize, time: Duration) {
-        let var = report::var(m.name);
-        let range = (var.is_none() || waste == Waste::RepeatedAlloc).then_some((m.begin, m.size));
         let fortran = report::is_fortran(loc, m.name);
         let mut t = self.tallies.lock();
-        let e = t.entry((waste, loc, Who { var, range })).or_default();
+        let e = t.entry((waste, loc, Who::of(waste, m))).or_default();
         e.fortran |= fortran;
         e.name = m.name;
         e.times += times;
         e.bytes += bytes as u64;
         e.time += time;
+    }
+
+    /// A copy in direction `dir` at `loc` of mapping `m` was needed.
+    pub fn needed(&self, dir: Copy, loc: Loc, m: Mapped) {
+        let mut needed = self.needed.lock();
+        let set = needed.get_or_insert_with(HashSet::new);
+        if set.len() >= MAX_NEEDED {
+            *needed = None;
+            self.forgot_needs.store(true, std::sync::atomic::Ordering::Relaxed);
+        } else {
+            set.insert((dir, loc, Who::of(Waste::ResentToDevice, m)));
+        }
+    }
+
+    /// Whether advice `waste` at `loc` on `who` could break the program: the same copy was
+    /// needed another time.
+    fn unsafe_to_follow(&self, waste: Waste, loc: Loc, who: &Who) -> bool {
+        let dir = match waste {
+            Waste::UnchangedFromDevice(_) => Copy::Back,
+            Waste::UnreadToDevice(_) => Copy::There,
+            _ => return false,
+        };
+        if self.forgot_needs.load(std::sync::atomic::Ordering::Relaxed) {
+            return true;
+        }
+        self.needed.lock().as_ref().is_some_and(|set| set.contains(&(dir, loc, who.clone())))
     }
 
     /// A copy between host and device took `time`.
@@ -193,8 +244,11 @@ impl Advisor {
     pub fn summary(&self) -> String {
         let t = self.tallies.lock();
         let all = *self.transfer_time.lock();
-        let mut rows: Vec<_> =
-            t.iter().filter(|((w, _, _), tally)| *w != Waste::RepeatedAlloc || tally.times >= 2).collect();
+        let mut rows: Vec<_> = t
+            .iter()
+            .filter(|((w, _, _), tally)| *w != Waste::RepeatedAlloc || tally.times >= 2)
+            .filter(|((w, loc, who), _)| !self.unsafe_to_follow(*w, *loc, who))
+            .collect();
         if rows.is_empty() {
             return String::new();
         }
@@ -319,6 +373,21 @@ mod tests {
              transfer time)"
         );
         assert_eq!(lines.len(), 5, "{s}");
+    }
+
+    #[test]
+    fn a_copy_needed_once_is_never_advised_away() {
+        let a = Advisor::default();
+        let (e, f) = (unnamed(0x1000, 4 << 20), unnamed(0x9000, 4 << 20));
+        for m in [e, f] {
+            a.note(Waste::UnchangedFromDevice(Clause::Map("tofrom")), Loc::NONE, m, 1, 4 << 20, Duration::ZERO);
+        }
+        // `e`'s copy back at the same construct was needed another time: dropping it would
+        // lose results.
+        a.needed(Copy::Back, Loc::NONE, e);
+        a.needed(Copy::There, Loc::NONE, f);
+        let s = a.summary();
+        assert!(s.contains("(4096.0 KiB in 1 place)") && s.contains("at 0x9000"), "{s}");
     }
 
     #[test]

@@ -97,9 +97,9 @@ impl Entry {
     }
 
     /// A kernel touched this mapping, or a copy took its bytes back to the host: the copies
-    /// to the device so far may have mattered.
-    pub fn copies_used(&mut self) {
-        self.unread_copies.clear();
+    /// to the device so far may have mattered. Hands them back.
+    pub fn copies_used(&mut self) -> Vec<UnreadCopy> {
+        std::mem::take(&mut self.unread_copies)
     }
 
     /// The unread copies that a copy of `[s, e)` replaces entirely: they were wasted.
@@ -195,7 +195,6 @@ impl Entry {
     /// (`omp_target_memcpy`, `omp_target_memset`): nothing is known of them any more.
     pub fn forget(&mut self, s: usize, e: usize) {
         self.in_flight(s, e);
-        self.copies_used();
         for p in self.pages_for(s, e) {
             self.init[p] = true;
             self.unread[p] = false;
@@ -401,7 +400,7 @@ mod tests {
         let gone = e.replaced_copies(0, 4096);
         assert_eq!(gone.len(), 1);
         assert_eq!((gone[0].clause, gone[0].times, gone[0].e), (Clause::Update, 2, 80));
-        e.copies_used();
+        assert_eq!(e.copies_used().len(), 1);
         assert!(e.unread_copies.is_empty());
     }
 

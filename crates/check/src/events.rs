@@ -101,6 +101,7 @@ impl Checker {
                 };
                 if let Some((s, e)) = hit {
                     e.forget(s, s + bytes);
+                    self.copies_used(e);
                 }
             }
             Event::Alloc { host, bytes, name, .. } if self.advising() => {
@@ -204,7 +205,10 @@ impl Checker {
                 });
                 if dir == Direction::FromDevice {
                     // What went to the device now comes back: it mattered.
-                    e.copies_used();
+                    self.copies_used(e);
+                    if waste.is_none() {
+                        self.advisor.needed(Copy::Back, loc, m);
+                    }
                     e.in_flight(s, end);
                 }
             }
@@ -233,6 +237,15 @@ impl Checker {
                     self.advisor.note(w, loc, m, 1, n, t);
                 }
             }
+        }
+    }
+
+    /// A kernel touched mapping `e`, or its bytes went back to the host: its copies to the
+    /// device so far were needed, and no advice may say the places that made them waste.
+    pub(crate) fn copies_used(&self, e: &mut Entry) {
+        let m = Mapped { name: e.name, begin: e.begin, size: e.size };
+        for c in e.copies_used() {
+            self.advisor.needed(Copy::There, c.at, m);
         }
     }
 

@@ -25,7 +25,7 @@ mod leaks;
 mod report;
 mod tracked;
 
-use advice::{Advisor, Clause, Mapped, Waste};
+use advice::{Advisor, Clause, Copy, Mapped, Waste};
 use entry::Entry;
 use omp_plugin::Device;
 use omp_runtime::config::CheckMode;
