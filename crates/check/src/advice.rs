@@ -173,6 +173,8 @@ pub(super) enum Copy {
     There,
     /// Back to the host.
     Back,
+    /// To the device into a new mapping, with contents other than the last mapping's.
+    Changed,
 }
 
 /// Places whose copies were needed at least once, remembered up to this many (beyond, no
@@ -225,6 +227,7 @@ impl Advisor {
         let dir = match waste {
             Waste::UnchangedFromDevice(_) => Copy::Back,
             Waste::UnreadToDevice(_) => Copy::There,
+            Waste::ResentToDevice => Copy::Changed,
             _ => return false,
         };
         if self.forgot_needs.load(std::sync::atomic::Ordering::Relaxed) {

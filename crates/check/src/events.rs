@@ -179,6 +179,14 @@ impl Checker {
                             sent.clear();
                         }
                         let before = sent.insert((device, host, bytes), print);
+                        if before.is_some_and(|b| b != print) {
+                            // Keeping it mapped would have kept stale contents.
+                            self.advisor.needed(
+                                Copy::Changed,
+                                loc,
+                                Mapped { name: e.name, begin: e.begin, size: e.size },
+                            );
+                        }
                         (before == Some(print)).then_some(Waste::ResentToDevice)
                     }
                     Direction::FromDevice if e.snapshot.len() == e.size => {
