@@ -153,6 +153,13 @@ impl Who {
         let range = (var.is_none() || waste == Waste::RepeatedAlloc).then_some((m.begin, m.size));
         Who { var, range }
     }
+
+    /// Whose needed copies forbid advice on `who`: the same variable's at the same place;
+    /// for an unnamed mapping, any unnamed mapping's there (a construct that maps a new
+    /// section each time is one clause).
+    fn needing(who: Who) -> Who {
+        Who { var: who.var, range: None }
+    }
 }
 
 #[derive(Default)]
@@ -217,7 +224,7 @@ impl Advisor {
             *needed = None;
             self.forgot_needs.store(true, std::sync::atomic::Ordering::Relaxed);
         } else {
-            set.insert((dir, loc, Who::of(Waste::ResentToDevice, m)));
+            set.insert((dir, loc, Who::needing(Who::of(Waste::ResentToDevice, m))));
         }
     }
 
@@ -233,7 +240,7 @@ impl Advisor {
         if self.forgot_needs.load(std::sync::atomic::Ordering::Relaxed) {
             return true;
         }
-        self.needed.lock().as_ref().is_some_and(|set| set.contains(&(dir, loc, who.clone())))
+        self.needed.lock().as_ref().is_some_and(|set| set.contains(&(dir, loc, Who::needing(who.clone()))))
     }
 
     /// A copy between host and device took `time`.
@@ -259,12 +266,20 @@ impl Advisor {
         let total: u64 = rows.iter().filter(|r| r.0 .0.moves_data()).map(|r| r.1.bytes).sum();
         let small = |tally: &Tally| tally.bytes < SMALL_BYTES && tally.time * 100 <= all * SMALL_SHARE;
         let (listed, summed): (Vec<_>, Vec<_>) = rows.iter().partition(|r| !small(r.1));
-        let mut out = format!(
-            "omptarget advice: data movement that could be avoided ({} in {} place{}):\n",
-            report::bytes(total as usize),
-            rows.len(),
-            plural(rows.len() as u64)
-        );
+        let mut out = if rows.iter().any(|r| r.0 .0.moves_data()) {
+            format!(
+                "omptarget advice: data movement that could be avoided ({} in {} place{}):\n",
+                report::bytes(total as usize),
+                rows.len(),
+                plural(rows.len() as u64)
+            )
+        } else {
+            format!(
+                "omptarget advice: device allocations that could be avoided ({} place{}):\n",
+                rows.len(),
+                plural(rows.len() as u64)
+            )
+        };
         for ((waste, loc, who), tally) in listed.iter().take(MAX_LISTED) {
             out.push_str(&format!(
                 "omptarget advice:   {} at {}: {} ({} time{}, {}, {:.3} ms); {}\n",
@@ -344,6 +359,12 @@ mod tests {
             a.note(Waste::RepeatedAlloc, Loc::NONE, unnamed(begin, 4 << 20), 1, 4 << 20, Duration::ZERO);
         }
         assert_eq!(a.summary(), "", "three arrays allocated once each are not allocated again and again");
+        a.note(Waste::RepeatedAlloc, Loc::NONE, unnamed(0x1000, 4 << 20), 1, 4 << 20, Duration::ZERO);
+        let s = a.summary();
+        assert!(s.starts_with("omptarget advice: device allocations that could be avoided (1 place):\n"), "{s}");
+        assert!(s.contains("an unnamed mapping of 4194304 bytes at 0x1000 at an unknown place: allocated"), "{s}");
+        assert!(s.contains("(2 times, 8192.0 KiB, 0.000 ms)"), "{s}");
+        let a = Advisor::default();
         a.note(Waste::ResentToDevice, Loc::NONE, unnamed(0x1000, 4 << 20), 1, 4 << 20, Duration::ZERO);
         a.note(Waste::ResentToDevice, Loc::NONE, unnamed(0x9000, 4 << 20), 1, 4 << 20, Duration::ZERO);
         let s = a.summary();
@@ -382,15 +403,17 @@ mod tests {
     fn a_copy_needed_once_is_never_advised_away() {
         let a = Advisor::default();
         let (e, f) = (unnamed(0x1000, 4 << 20), unnamed(0x9000, 4 << 20));
-        for m in [e, f] {
-            a.note(Waste::UnchangedFromDevice(Clause::Map("tofrom")), Loc::NONE, m, 1, 4 << 20, Duration::ZERO);
-        }
-        // `e`'s copy back at the same construct was needed another time: dropping it would
-        // lose results.
-        a.needed(Copy::Back, Loc::NONE, e);
-        a.needed(Copy::There, Loc::NONE, f);
+        let (here, there) = (Loc::from_static(c";t.c;main;7;1;;"), Loc::from_static(c";t.c;main;9;1;;"));
+        let back = Waste::UnchangedFromDevice(Clause::Map("tofrom"));
+        a.note(back, here, e, 1, 4 << 20, Duration::ZERO);
+        a.note(back, there, f, 1, 4 << 20, Duration::ZERO);
+        // A copy back at `here` was needed another time, of another section (an unnamed
+        // mapping: one clause mapping a new section each time): dropping it would lose
+        // results. At `there` a copy to the device was needed: no matter.
+        a.needed(Copy::Back, here, f);
+        a.needed(Copy::There, there, f);
         let s = a.summary();
-        assert!(s.contains("(4096.0 KiB in 1 place)") && s.contains("at 0x9000"), "{s}");
+        assert!(s.contains("(4096.0 KiB in 1 place)") && s.contains("at 0x9000 at t.c:9:1"), "{s}");
     }
 
     #[test]
@@ -402,6 +425,8 @@ mod tests {
         assert_eq!(from(Clause::of(Some(TargetKind::Update), Some(FROM))), "drop the `target update from`");
         let exit = from(Clause::of(Some(TargetKind::ExitData), Some(FROM)));
         assert!(exit.contains("`release` instead of `from`"), "{exit}");
+        let fortran = Waste::RepeatedAlloc.fix(true);
+        assert!(fortran.contains("`!$omp target enter data map(alloc: …)`"), "{fortran}");
         let to = |c| Waste::UnreadToDevice(c).fix(false);
         assert_eq!(to(Clause::of(Some(TargetKind::EnterData), Some(TO))), "map it `alloc` instead of `to`");
         assert_eq!(to(Clause::of(Some(TargetKind::Update), None)), "drop the `target update to`");
