@@ -1,9 +1,25 @@
 //! What the checker knows of one mapping: the bytes host and device last agreed on, which
 //! of them that covers, and which device pages hold data.
 
+use super::advice::Clause;
 use omp_plugin::{host_memory, TRACK_PAGE};
 use omp_runtime::trace::TargetKind;
 use omp_runtime::{Loc, MapName};
+
+/// Copies to the device remembered per mapping while unread (beyond, the oldest are
+/// forgotten: advice missed, never wrong).
+const MAX_UNREAD_COPIES: usize = 64;
+
+/// Copies to the device of host offsets `[s, e)` at one place that no kernel has read since
+/// (the advisor's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) struct UnreadCopy {
+    pub at: Loc,
+    pub clause: Clause,
+    pub s: usize,
+    pub e: usize,
+    pub times: u64,
+}
 
 /// One mapping-table entry, as the checker follows it.
 pub(super) struct Entry {
@@ -33,6 +49,9 @@ pub(super) struct Entry {
     pub init: Vec<bool>,
     /// Per device page: copied to the device and not read by a kernel since (the advisor).
     pub unread: Vec<bool>,
+    /// The copies to the device since a kernel last touched this mapping, or its bytes were
+    /// copied back (the advisor's: only copies no byte of which was used are advice).
+    pub unread_copies: Vec<UnreadCopy>,
 }
 
 impl Entry {
@@ -60,7 +79,34 @@ impl Entry {
             meaningful: false,
             init: vec![false; pages],
             unread: vec![false; pages],
+            unread_copies: Vec::new(),
         }
+    }
+
+    /// A copy to the device of host offsets `[s, e)` at `at`, which a kernel has yet to read.
+    pub fn copied_unread(&mut self, at: Loc, clause: Clause, s: usize, e: usize) {
+        let same = |c: &&mut UnreadCopy| (c.at, c.clause, c.s, c.e) == (at, clause, s, e);
+        if let Some(c) = self.unread_copies.iter_mut().find(same) {
+            c.times += 1;
+            return;
+        }
+        if self.unread_copies.len() >= MAX_UNREAD_COPIES {
+            self.unread_copies.remove(0);
+        }
+        self.unread_copies.push(UnreadCopy { at, clause, s, e, times: 1 });
+    }
+
+    /// A kernel touched this mapping, or a copy took its bytes back to the host: the copies
+    /// to the device so far may have mattered. Hands them back.
+    pub fn copies_used(&mut self) -> Vec<UnreadCopy> {
+        std::mem::take(&mut self.unread_copies)
+    }
+
+    /// The unread copies that a copy of `[s, e)` replaces entirely: they were wasted.
+    pub fn replaced_copies(&mut self, s: usize, e: usize) -> Vec<UnreadCopy> {
+        let (gone, kept) = self.unread_copies.iter().partition(|c| s <= c.s && c.e <= e);
+        self.unread_copies = kept;
+        gone
     }
 
     /// The first device page's address.
@@ -234,6 +280,27 @@ impl Entry {
         n
     }
 
+    /// Copying the device's bytes of `[s, e)` (`device`) back changes nothing on the host:
+    /// every byte of the range went through a copy (or was written by the runtime itself),
+    /// and the device and the host both still hold what that copy left. A partial copy
+    /// (`target update from(e[:1])`) says nothing of the bytes it did not copy.
+    pub fn copy_back_changes_nothing(&self, s: usize, e: usize, device: &[u8]) -> bool {
+        if self.snapshot.len() != self.size || !self.host_readable() {
+            return false;
+        }
+        let mut unknown = Vec::new();
+        subtract(&mut unknown, s, e, &self.synced);
+        if unknown.iter().any(|&(a, b)| !covers(&self.ignore, a, b)) {
+            return false;
+        }
+        let known = self.synced_within(s, e);
+        !known.is_empty()
+            && known.iter().all(|&(a, b)| {
+                let was = &self.snapshot[a..b];
+                &device[a - s..b - s] == was && self.host_equals(a, was)
+            })
+    }
+
     /// The host offsets `[s, e)` are the same on host and device as at the last copy.
     pub fn unchanged(&self, s: usize, e: usize, device: Option<&[u8]>) -> bool {
         if self.snapshot.len() != self.size || !covers(&self.synced, s, e) || !self.host_readable() {
@@ -305,6 +372,36 @@ mod tests {
         let mut out = Vec::new();
         subtract(&mut out, 0, 20, &[(4, 8), (15, 30)]);
         assert_eq!(out, vec![(0, 4), (8, 15)]);
+    }
+
+    #[test]
+    fn a_partial_copy_says_nothing_of_the_rest() {
+        let host: Vec<u8> = (0..64).collect();
+        let mut e = Entry::new(0, host.as_ptr() as usize, 64, 0x10000, MapName::NONE, None);
+        let device = host.clone();
+        // `target update from(e[:1])`: the other 56 bytes went through no copy.
+        e.synced_now(0, 8);
+        assert!(!e.copy_back_changes_nothing(0, 64, &device));
+        assert!(e.copy_back_changes_nothing(0, 8, &device));
+        e.synced_now(0, 64);
+        assert!(e.copy_back_changes_nothing(0, 64, &device));
+        let mut changed = device.clone();
+        changed[40] ^= 1;
+        assert!(!e.copy_back_changes_nothing(0, 64, &changed));
+    }
+
+    #[test]
+    fn copies_replaced_unread_are_handed_back_once() {
+        let mut e = Entry::new(0, 0x1000, 8192, 0x20000, MapName::NONE, None);
+        e.copied_unread(Loc::NONE, Clause::Map("to"), 0, 8192);
+        e.copied_unread(Loc::NONE, Clause::Update, 0, 80);
+        e.copied_unread(Loc::NONE, Clause::Update, 0, 80);
+        assert_eq!(e.unread_copies.len(), 2);
+        let gone = e.replaced_copies(0, 4096);
+        assert_eq!(gone.len(), 1);
+        assert_eq!((gone[0].clause, gone[0].times, gone[0].e), (Clause::Update, 2, 80));
+        assert_eq!(e.copies_used().len(), 1);
+        assert!(e.unread_copies.is_empty());
     }
 
     #[test]

@@ -1,7 +1,6 @@
 //! The checker's view of the runtime's events: constructs, mappings, transfers.
 
 use super::*;
-use omp_plugin::TRACK_PAGE;
 use omp_runtime::map_type::{ALWAYS, MEMBER_OF};
 use omp_runtime::trace::{ApiOp, Direction, RcChange};
 use std::time::Duration;
@@ -102,11 +101,13 @@ impl Checker {
                 };
                 if let Some((s, e)) = hit {
                     e.forget(s, s + bytes);
+                    self.copies_used(e);
                 }
             }
-            Event::Alloc { bytes, name, .. } if self.advising() => {
+            Event::Alloc { host, bytes, name, .. } if self.advising() => {
                 if let Some((_, loc)) = self.current(id) {
-                    self.advisor.note(Waste::RepeatedAlloc, loc, name, bytes, Duration::ZERO);
+                    let m = Mapped { name, begin: host, size: bytes };
+                    self.advisor.note(Waste::RepeatedAlloc, loc, m, 1, bytes, Duration::ZERO);
                 }
             }
             _ => {}
@@ -178,40 +179,44 @@ impl Checker {
                             sent.clear();
                         }
                         let before = sent.insert((device, host, bytes), print);
+                        if before.is_some_and(|b| b != print) {
+                            // Keeping it mapped would have kept stale contents.
+                            self.advisor.needed(
+                                Copy::Changed,
+                                loc,
+                                Mapped { name: e.name, begin: e.begin, size: e.size },
+                            );
+                        }
                         (before == Some(print)).then_some(Waste::ResentToDevice)
                     }
                     Direction::FromDevice if e.snapshot.len() == e.size => {
                         // SAFETY: as above (it is being copied from).
                         let device_bytes = unsafe { cx.read_device(device, e.tgt + s, bytes) };
                         device_bytes
-                            .filter(|d| {
-                                e.synced_within(s, end).iter().all(|&(a, b)| d[a - s..b - s] == e.snapshot[a..b])
-                            })
-                            .filter(|_| !e.synced_within(s, end).is_empty())
-                            .map(|_| Waste::UnchangedFromDevice)
+                            .filter(|d| e.copy_back_changes_nothing(s, end, d))
+                            .map(|_| Waste::UnchangedFromDevice(self.clause(id, e.name, bytes)))
                     }
                     _ => None,
                 };
+                let m = Mapped { name: e.name, begin: e.begin, size: e.size };
                 if dir == Direction::ToDevice {
-                    // Bytes copied earlier and replaced unread were wasted.
-                    let unread = (e.pages_for(s, end)).filter(|&p| e.unread[p]).count();
-                    if unread > 0 {
-                        self.advisor.note(
-                            Waste::UnreadToDevice,
-                            e.copied_at,
-                            e.name,
-                            bytes.min(unread * TRACK_PAGE),
-                            Duration::ZERO,
-                        );
+                    // Copies made earlier and replaced, unread, by this one were wasted.
+                    for c in e.replaced_copies(s, end) {
+                        let wasted = Waste::UnreadToDevice(c.clause);
+                        self.advisor.note(wasted, c.at, m, c.times, (c.e - c.s) * c.times as usize, Duration::ZERO);
                     }
                 }
-                let name = e.name;
                 self.with_ctx(id, |c| {
                     if let Some(c) = c {
-                        c.waste = waste.map(|w| (w, name, bytes));
+                        c.waste = waste.map(|w| (w, m, bytes));
                     }
                 });
                 if dir == Direction::FromDevice {
+                    // What went to the device now comes back: it mattered.
+                    self.copies_used(e);
+                    if waste.is_none() {
+                        self.advisor.needed(Copy::Back, loc, m);
+                    }
                     e.in_flight(s, end);
                 }
             }
@@ -224,17 +229,43 @@ impl Checker {
                     e.meaningful = true;
                     e.copied_at = loc;
                     // Whether a kernel reads them only a device that tracks accesses can tell.
-                    let tracked = self.tracks(device);
-                    for p in e.pages_for(s, end).filter(|_| tracked) {
-                        e.unread[p] = true;
+                    if self.advising() && self.tracks(device) {
+                        for p in e.pages_for(s, end) {
+                            e.unread[p] = true;
+                        }
+                        let clause = self.clause(id, e.name, bytes);
+                        e.copied_unread(loc, clause, s, end);
                     }
                 }
                 drop(entries);
-                if let Some((w, name, n)) = self.with_ctx(id, |c| c.and_then(|c| c.waste.take())) {
-                    self.advisor.note(w, loc, name, n, t);
+                if self.advising() {
+                    self.advisor.transferred(t);
+                }
+                if let Some((w, m, n)) = self.with_ctx(id, |c| c.and_then(|c| c.waste.take())) {
+                    self.advisor.note(w, loc, m, 1, n, t);
                 }
             }
         }
+    }
+
+    /// A kernel touched mapping `e`, or its bytes went back to the host: its copies to the
+    /// device so far were needed, and no advice may say the places that made them waste.
+    pub(crate) fn copies_used(&self, e: &mut Entry) {
+        let m = Mapped { name: e.name, begin: e.begin, size: e.size };
+        for c in e.copies_used() {
+            self.advisor.needed(Copy::There, c.at, m);
+        }
+    }
+
+    /// The clause, as the program wrote it, of construct `id` that copies `bytes` of the
+    /// mapping named `name`.
+    fn clause(&self, id: u64, name: MapName, bytes: usize) -> Clause {
+        self.with_ctx(id, |c| {
+            let Some(c) = c else { return Clause::Unknown };
+            let sized = |&&(_, ty, sz): &&(MapName, i64, i64)| sz as usize == bytes && ty & MEMBER_OF == 0;
+            let arg = c.args.iter().filter(sized).find(|a| a.0 == name).or_else(|| c.args.iter().find(sized));
+            Clause::of(c.begun.map(|b| b.0), arg.map(|a| a.1))
+        })
     }
 
     /// A mapping left the table (its device memory is still there): results the device
@@ -242,15 +273,14 @@ impl Checker {
     fn mapping_ended(&self, e: &Entry, cx: &EventCx) {
         let id = cx.construct();
         let loc = self.current(id).map_or(Loc::NONE, |c| c.1);
-        let unread = if self.advising() { e.unread.iter().filter(|&&u| u).count() } else { 0 };
-        if unread > 0 {
-            self.advisor.note(
-                Waste::UnreadToDevice,
-                e.copied_at,
-                e.name,
-                (unread * TRACK_PAGE).min(e.size),
-                Duration::ZERO,
-            );
+        if self.advising() {
+            // Copies no kernel read a byte of, and that never came back: mapping `alloc`
+            // (or dropping the update) leaves the program's results as they are.
+            let m = Mapped { name: e.name, begin: e.begin, size: e.size };
+            for c in &e.unread_copies {
+                let wasted = Waste::UnreadToDevice(c.clause);
+                self.advisor.note(wasted, c.at, m, c.times, (c.e - c.s) * c.times as usize, Duration::ZERO);
+            }
         }
         if !self.findings() || !e.meaningful || e.size == 0 || e.snapshot.len() != e.size {
             return;

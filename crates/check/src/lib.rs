@@ -25,7 +25,7 @@ mod leaks;
 mod report;
 mod tracked;
 
-use advice::{Advisor, Waste};
+use advice::{Advisor, Clause, Copy, Mapped, Waste};
 use entry::Entry;
 use omp_plugin::Device;
 use omp_runtime::config::CheckMode;
@@ -104,9 +104,9 @@ struct Ctx {
     args: Vec<(MapName, i64, i64)>,
     /// Pointer arguments that point to nothing mapped: (variable, host address).
     unmapped: Vec<(String, usize)>,
-    /// A transfer announced and judged wasteful (waste, mapping name, bytes), waiting for its
+    /// A transfer announced and judged wasteful (waste, mapping, bytes), waiting for its
     /// duration.
-    waste: Option<(Waste, MapName, usize)>,
+    waste: Option<(Waste, Mapped, usize)>,
     /// The construct's kernel and the place it was launched from, once announced.
     kernel: String,
     kernel_loc: Loc,

@@ -216,3 +216,120 @@ fn the_advisor_sums_avoidable_transfers_and_allocations() {
     let resent = line("copied to the device again with the same contents");
     assert!(resent.contains("a[0:100000]") && resent.contains("9 times"), "{resent}");
 }
+
+/// The advice lines (`omptarget advice:`) of a run.
+fn advice(o: &Output) -> Vec<String> {
+    text(&o.stderr).lines().filter(|l| l.starts_with("omptarget advice:")).map(str::to_string).collect()
+}
+
+/// Bytes a run copied between host and device, both ways, from the profile's summary.
+fn bytes_moved(exe: &Path) -> u64 {
+    let profile = exe.with_file_name("profile.json");
+    let o = run(exe, &[("LIBOMPTARGET_PROFILE", profile.to_str().unwrap()), ("LIBOMPTARGET_PROFILE_SUMMARY", "1")]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let err = text(&o.stderr);
+    let copies: Vec<u64> = err
+        .lines()
+        .filter(|l| matches!(l.split_whitespace().next(), Some("HostToDevice" | "DeviceToHost")))
+        .map(|l| {
+            let cols: Vec<&str> = l.split_whitespace().collect();
+            cols[cols.len() - 2].parse().unwrap_or_else(|e| panic!("bytes in {l:?}: {e}"))
+        })
+        .collect();
+    assert!(!copies.is_empty(), "no copies in the profile summary:\n{err}");
+    copies.iter().sum()
+}
+
+/// The variable and the waste an advice line names (`a[0:N]`, `copied back …`); `None` for
+/// the header and the summary lines.
+fn what(line: &str) -> Option<(String, String)> {
+    let rest = line.strip_prefix("omptarget advice:   ")?;
+    let (var, rest) = rest.split_once(" at ")?;
+    let (_, rest) = rest.split_once(": ")?;
+    let (says, _) = rest.split_once(" (")?;
+    Some((var.to_string(), says.to_string()))
+}
+
+/// The test that matters: each advice program, and a variant of it written by hand that
+/// follows the advice, print the same and the variant moves fewer bytes; the variant draws
+/// no advice of the kinds it followed.
+#[cfg_attr(omp_e2e, test)]
+fn following_the_advice_keeps_the_output_and_moves_fewer_bytes() {
+    let cases = [
+        ("check/advice.c", "check/advice_followed.c", "s=1999980\n"),
+        ("check/advice_unread.c", "check/advice_unread_followed.c", ""),
+    ];
+    for (rel, followed_rel, want) in cases {
+        let exe = build(Llvm::V22, rel, &[]);
+        let followed = build(Llvm::V22, followed_rel, &[]);
+        let advised = run(&exe, &[("LIBOMPTARGET_CHECK", "perf")]);
+        assert!(!advice(&advised).is_empty(), "{rel}: no advice:\n{}", text(&advised.stderr));
+        let plain = run(&exe, &[]);
+        assert!(plain.status.success(), "{rel}: {}", text(&plain.stderr));
+        if !want.is_empty() {
+            assert_eq!(text(&plain.stdout), want, "{rel}");
+        }
+        for env in [&[][..], &[CHECK][..]] {
+            let o = run(&followed, env);
+            assert!(o.status.success() && findings(&o).is_empty(), "{followed_rel}: {}", text(&o.stderr));
+            assert_eq!(text(&o.stdout), text(&plain.stdout), "{followed_rel} prints what {rel} prints");
+        }
+        let (before, after) = (bytes_moved(&exe), bytes_moved(&followed));
+        assert!(after < before, "{followed_rel} moves {after} bytes, {rel} {before}");
+        eprintln!("{rel}: {before} bytes moved; followed: {after}");
+        // What was followed is not advised again (the variant may draw advice of its own).
+        let again: Vec<_> =
+            advice(&run(&followed, &[("LIBOMPTARGET_CHECK", "perf")])).iter().filter_map(|l| what(l)).collect();
+        for done in advice(&advised).iter().filter_map(|l| what(l)) {
+            assert!(!again.contains(&done), "{followed_rel} still draws {done:?}: {again:?}");
+        }
+    }
+}
+
+/// A `map(from:)` array every kernel writes, peeked at with a partial `target update from`:
+/// its copy back is needed and no advice says otherwise.
+#[cfg_attr(omp_e2e, test)]
+fn a_partial_update_does_not_make_a_mapping_in_sync() {
+    let exe = build(Llvm::V22, "check/advice_partial.c", &[]);
+    let o = run(&exe, &[CHECK]);
+    assert!(o.status.success() && findings(&o).is_empty(), "{}", text(&o.stderr));
+    assert_eq!(text(&o.stdout), "step 0: e[0]=1\nstep 1: e[0]=1\nstep 2: e[0]=1\ns=8390656\n");
+    let back: Vec<String> =
+        advice(&o).into_iter().filter(|l| l.contains("e[0:N]") || l.contains("copied back")).collect();
+    assert!(back.is_empty(), "advice that would break the program:\n{}", back.join("\n"));
+}
+
+/// A table read at a few random places is read, though most of its pages are untouched; 80
+/// bytes no kernel reads are said as 80 bytes, with the clause that sent them, in the
+/// summary line of small advice.
+#[cfg_attr(omp_e2e, test)]
+fn never_read_means_no_byte_read_and_small_advice_is_one_line() {
+    let exe = build(Llvm::V22, "check/advice_unread.c", &[]);
+    let o = run(&exe, &[("LIBOMPTARGET_CHECK", "perf")]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    let lines = advice(&o);
+    assert!(!lines.iter().any(|l| l.contains("table")), "the table is read:\n{}", lines.join("\n"));
+    assert_eq!(
+        lines,
+        [
+            "omptarget advice: data movement that could be avoided (80 bytes in 1 place):",
+            "omptarget advice:   and 1 smaller place (80 bytes in all; each under 1 MiB and under 1% of the run's \
+             transfer time)"
+        ],
+        "{}",
+        text(&o.stderr)
+    );
+}
+
+/// Three arrays allocated once by one `enter data`, and 512 distinct sections each mapped
+/// once, are not "allocated again and again", named or unnamed (built without -g).
+#[cfg_attr(omp_e2e, test)]
+fn distinct_mappings_are_never_merged() {
+    for flags in [&[][..], &["-g0"][..]] {
+        let exe = build(Llvm::V22, "check/advice_distinct.c", flags);
+        let o = run(&exe, &[CHECK]);
+        assert!(o.status.success() && findings(&o).is_empty(), "{flags:?}: {}", text(&o.stderr));
+        let again: Vec<String> = advice(&o).into_iter().filter(|l| l.contains("again")).collect();
+        assert!(again.is_empty(), "{flags:?}:\n{}", again.join("\n"));
+    }
+}

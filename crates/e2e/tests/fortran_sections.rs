@@ -134,14 +134,15 @@ fn sections_flang_lowers_right_build_silently() {
     assert_eq!(all_right(&exe, &Llvm::V22.llvm_lib(), &[]), 2);
 
     // The advisor keeps quiet about the descriptor copies flang adds to every construct (the
-    // program cannot avoid them), and spells its fixes in Fortran even without `-g`.
+    // program cannot avoid them), and about the sections: each of the 30 distinct sections
+    // is mapped once, not "allocated again and again" (the Fortran spelling of its fixes is
+    // unit-tested in crates/check).
     let r = run_with(&exe, &ours(), &[("LIBOMPTARGET_CHECK", "1")]);
     let advice = text(&r.stderr);
-    assert!(r.status.success() && advice.contains("omptarget advice:"), "{advice}");
-    for noise in ["already held the same bytes", "again with the same contents", "#pragma"] {
+    assert!(r.status.success(), "{advice}");
+    for noise in ["already held the same bytes", "again with the same contents", "#pragma", "again and again"] {
         assert!(!advice.contains(noise), "{noise}:\n{advice}");
     }
-    assert!(advice.contains("`!$omp target enter data map(alloc: …)`"), "{advice}");
 }
 
 #[cfg_attr(omp_e2e, test)]
