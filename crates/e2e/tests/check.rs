@@ -279,3 +279,18 @@ fn a_fault_nothing_explains_is_said_so_without_a_guessed_variable() {
     );
     assert!(!f.contains("map that data") && !f.contains("through `"), "{f}");
 }
+
+/// flang gives target regions no line: a kernel's error lines take the construct's place
+/// from the kernel's name and the map names, as the finding does (not `unknown:0:0`).
+#[cfg_attr(omp_e2e, test)]
+fn kernel_errors_carry_the_place_the_finding_names() {
+    let exe = build_fortran("check/bounds.f90");
+    let o = run(&exe, &[CHECK]);
+    one_finding(&o, &["out of bounds", "bounds.f90:9"]);
+    let stderr = text(&o.stderr);
+    let errors: Vec<&str> = stderr.lines().filter(|l| l.contains("__QQmain_l9 at ")).collect();
+    assert!(errors.len() >= 3, "{stderr}");
+    for l in errors {
+        assert!(l.contains("__QQmain_l9 at bounds.f90:9") && !l.contains("unknown:0:0"), "{l}");
+    }
+}
