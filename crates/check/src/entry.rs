@@ -45,6 +45,9 @@ pub(super) struct Entry {
     pub copied_at: Loc,
     /// The program's data went to the device (`to`, `tofrom`): its contents matter.
     pub meaningful: bool,
+    /// A construct asked for the device's bytes back (`from`, `tofrom`, implicit or not)
+    /// while the mapping lived: changes the device alone holds at its end were wanted.
+    pub from_asked: bool,
     /// Per device page: something wrote it (a copy or a kernel).
     pub init: Vec<bool>,
     /// Per device page: copied to the device and not read by a kernel since (the advisor).
@@ -77,6 +80,7 @@ impl Entry {
             ignore: Vec::new(),
             copied_at: Loc::NONE,
             meaningful: false,
+            from_asked: false,
             init: vec![false; pages],
             unread: vec![false; pages],
             unread_copies: Vec::new(),

@@ -1,7 +1,7 @@
 //! The checker's view of the runtime's events: constructs, mappings, transfers.
 
 use super::*;
-use omp_runtime::map_type::{ALWAYS, MEMBER_OF};
+use omp_runtime::map_type::{ALWAYS, DELETE, FROM, MEMBER_OF};
 use omp_runtime::trace::{ApiOp, Direction, RcChange};
 use std::time::Duration;
 
@@ -44,6 +44,7 @@ impl Checker {
                         })
                     })
                 });
+                e.from_asked = self.asks_for(id, FROM, name, size);
                 self.entries.lock().insert((device, begin), e);
             }
             Event::Kernel { kernel, loc, done: None, .. } => self.with_ctx(id, |c| {
@@ -52,17 +53,15 @@ impl Checker {
                     c.kernel_loc = loc;
                 }
             }),
-            Event::MapReleased { device, begin, size, change, .. }
-                if matches!(self.current(id), Some((TargetKind::ExitData, _)))
-                    && matches!(change, RcChange::Unchanged | RcChange::UpdateSuppressed) =>
-            {
-                // An exit the runtime's reference counting did not count (a mapper's own
-                // first component, as in LLVM): the program did unmap it.
+            Event::MapReleased { device, begin, size, name, .. } if self.asks_for(id, FROM, name, size) => {
                 let mut entries = self.entries.lock();
                 if let Some(key) = Self::containing(&entries, device, begin, size) {
-                    entries.get_mut(&key).expect("key").explicit = false;
+                    entries.get_mut(&key).expect("key").from_asked = true;
                 }
+                drop(entries);
+                self.exit_uncounted(ev, id);
             }
+            Event::MapReleased { .. } => self.exit_uncounted(ev, id),
             Event::UnmappedPointer { var, addr, .. } => self.with_ctx(id, |c| {
                 if let Some(c) = c {
                     c.unmapped.push((var.to_string(), addr));
@@ -82,6 +81,13 @@ impl Checker {
                     }
                 };
                 if let Some(e) = removed {
+                    let at = self.current(id).map_or(Loc::NONE, |c| c.1);
+                    let mut ended = self.ended.lock();
+                    if ended.len() >= MAX_ENDED {
+                        ended.pop_front();
+                    }
+                    ended.push_back(Ended { device, tgt: e.tgt, size: e.size, name: e.name, at });
+                    drop(ended);
                     self.mapping_ended(&e, cx);
                 }
             }
@@ -112,6 +118,38 @@ impl Checker {
             }
             _ => {}
         }
+    }
+
+    /// An exit the runtime's reference counting did not count (a mapper's own first
+    /// component, as in LLVM): the program did unmap it.
+    fn exit_uncounted(&self, ev: &Event, id: u64) {
+        let Event::MapReleased { device, begin, size, change, .. } = *ev else { return };
+        if matches!(self.current(id), Some((TargetKind::ExitData, _)))
+            && matches!(change, RcChange::Unchanged | RcChange::UpdateSuppressed)
+        {
+            let mut entries = self.entries.lock();
+            if let Some(key) = Self::containing(&entries, device, begin, size) {
+                entries.get_mut(&key).expect("key").explicit = false;
+            }
+        }
+    }
+
+    /// Whether construct `id` has a map argument with every bit of `bits` for the mapping
+    /// named `name` of `size` bytes: the same variable when both are named, else the same
+    /// size.
+    fn asks_for(&self, id: u64, bits: i64, name: MapName, size: usize) -> bool {
+        let var = report::var(name).map(report::base_var);
+        self.with_ctx(id, |c| {
+            c.is_some_and(|c| {
+                c.args.iter().any(|&(n, ty, sz)| {
+                    let same = match (var, report::var(n).map(report::base_var)) {
+                        (Some(mine), Some(theirs)) => mine == theirs,
+                        _ => sz as usize == size,
+                    };
+                    ty & bits == bits && ty & MEMBER_OF == 0 && same
+                })
+            })
+        })
     }
 
     /// A copy between host and device, announced (`time` is `None`) or done.
@@ -282,7 +320,13 @@ impl Checker {
                 self.advisor.note(wasted, c.at, m, c.times, (c.e - c.s) * c.times as usize, Duration::ZERO);
             }
         }
-        if !self.findings() || !e.meaningful || e.size == 0 || e.snapshot.len() != e.size {
+        // Device changes are lost results only when the program asked for them (`from`,
+        // `tofrom`) and the copy back did not come (another reference held the mapping
+        // open). A mapping only ever mapped `to` is the kernels' own to change (device
+        // scratch, loop counters under `defaultmap(to)`), and an explicit `delete` is intent.
+        let deleted =
+            matches!(self.current(id), Some((TargetKind::ExitData, _))) && self.asks_for(id, DELETE, e.name, e.size);
+        if !self.findings() || !e.meaningful || !e.from_asked || deleted || e.size == 0 || e.snapshot.len() != e.size {
             return;
         }
         // SAFETY: the mapping's device memory is freed only after its `MapRemoved`.

@@ -22,7 +22,7 @@ impl Checker {
                 .iter()
                 .filter(|(_, a)| *a <= f.addr && f.addr - *a < (1 << 30))
                 .min_by_key(|(_, a)| f.addr - *a)
-                .or(unmapped.first().filter(|_| f.addr < (1 << 16)));
+                .or(unmapped.first().filter(|_| unmapped.len() == 1 && f.addr < (1 << 16)));
             match culprit {
                 Some((var, _)) if !matches!(report::base_var(var), "" | "unknown") => {
                     let spelled = report::base_var(var);
@@ -44,17 +44,32 @@ impl Checker {
                         ),
                     );
                 }
-                _ => report::finding(
+                // A pointer argument points there, but the program was built without names.
+                Some(_) => report::finding(
                     "unmapped access",
                     format_args!(
                         "kernel {kernel} at {at} {access} host memory at 0x{:x}, which is not mapped on device {}: a pointer \
                          the kernel follows points to host data; map that data (`map({fix_dir}: p[0:N])`){}",
                         f.addr,
                         device,
-                        hint(culprit.is_none(), &at)
+                        hint(false, &at)
+                    ),
+                ),
+                None => report::finding(
+                    "unmapped access",
+                    format_args!(
+                        "kernel {kernel} at {at} {access} memory at 0x{:x}, which is not device memory on device {} and \
+                         which no mapping or pointer argument explains ({}); the kernel stopped there{}",
+                        f.addr,
+                        device,
+                        self.nearest_mappings(device, f.addr),
+                        hint(true, &at)
                     ),
                 ),
             }
+            return;
+        }
+        if self.used_after_end(device, &f, kernel, &at) {
             return;
         }
         let entries = self.entries.lock();
@@ -120,6 +135,69 @@ impl Checker {
                     hint(true, &at)
                 ),
             ),
+        }
+    }
+}
+
+impl Checker {
+    /// The fault lies in device memory a mapping held before it ended: says which mapping,
+    /// and where it ended. False when no ended mapping held the address, or when a live
+    /// mapping's guard pages are there (freed memory is reused once out of quarantine, and
+    /// the live mapping explains the fault then).
+    fn used_after_end(&self, device: i32, f: &Fault, kernel: &str, at: &str) -> bool {
+        let beside_live = self.entries.lock().values().any(|e| {
+            e.device == device
+                && f.addr + TRACK_PAGE >= e.first_page()
+                && f.addr < (e.tgt + e.size).next_multiple_of(TRACK_PAGE) + TRACK_PAGE
+        });
+        if beside_live {
+            return false;
+        }
+        let Some(e) = self
+            .ended
+            .lock()
+            .iter()
+            .rev()
+            .find(|e| e.device == device && f.addr >= e.tgt && f.addr < e.tgt + e.size)
+            .copied()
+        else {
+            return false;
+        };
+        report::finding(
+            "use after unmap",
+            format_args!(
+                "kernel {kernel} at {at} {} device memory at 0x{:x} on device {device} that held {} ({}) until its \
+                 mapping ended at {}; a device pointer kept from that mapping (`use_device_ptr`, `omp_get_mapped_ptr`, \
+                 `is_device_ptr`) is no longer valid: keep the data mapped until the last kernel that uses it{}",
+                if f.write { "wrote" } else { "read" },
+                f.addr,
+                report::var_or(e.name, e.size),
+                report::bytes(e.size),
+                report::place_for(e.at, e.name, None),
+                hint(report::var(e.name).is_some(), at)
+            ),
+        );
+        true
+    }
+
+    /// The two mappings of `device` nearest to device address `addr`, in words.
+    fn nearest_mappings(&self, device: i32, addr: usize) -> String {
+        let entries = self.entries.lock();
+        let mut near: Vec<(usize, &Entry)> = entries
+            .values()
+            .filter(|e| e.device == device && e.size > 0)
+            .map(|e| (if addr < e.tgt { e.tgt - addr } else { addr.saturating_sub(e.tgt + e.size - 1) }, e))
+            .collect();
+        near.sort_unstable_by_key(|n| n.0);
+        let said: Vec<String> = near
+            .iter()
+            .take(2)
+            .map(|(_, e)| format!("{} at 0x{:x}..0x{:x}", report::var_or(e.name, e.size), e.tgt, e.tgt + e.size))
+            .collect();
+        if said.is_empty() {
+            "nothing is mapped on that device".into()
+        } else {
+            format!("nearest mappings: {}", said.join(", "))
         }
     }
 }

@@ -93,6 +93,22 @@ pub(crate) struct Checker {
     constructs: Mutex<HashMap<u64, Ctx>>,
     /// The backend under each device's decorator (to ask whether it tracks accesses now).
     devices: Mutex<HashMap<i32, Arc<dyn Device>>>,
+    /// Mappings that ended, newest last (bounded): a kernel that faults in device memory one
+    /// of them held used it after its end.
+    ended: Mutex<std::collections::VecDeque<Ended>>,
+}
+
+/// Mappings remembered after their end.
+const MAX_ENDED: usize = 1 << 12;
+
+/// A mapping that ended: where its device memory was, what it held, and where it ended.
+#[derive(Clone, Copy)]
+struct Ended {
+    device: i32,
+    tgt: usize,
+    size: usize,
+    name: MapName,
+    at: Loc,
 }
 
 /// A construct in progress, as its events describe it.
@@ -130,6 +146,7 @@ impl Checker {
             sent: Mutex::new(HashMap::new()),
             constructs: Mutex::new(HashMap::new()),
             devices: Mutex::new(HashMap::new()),
+            ended: Mutex::new(std::collections::VecDeque::new()),
         })
     }
 

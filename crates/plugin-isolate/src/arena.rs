@@ -54,7 +54,17 @@ struct Guards {
     changes: Vec<(usize, usize, bool)>,
     /// The control block: heap offset and capacity in bytes.
     ctl: Option<(usize, usize)>,
+    /// Freed blocks (heap offset, bytes) held back from reuse, oldest first: a kernel that
+    /// uses a device pointer after its mapping ended faults there, and the checker can
+    /// name that mapping instead of whatever would have been allocated in its place.
+    quarantine: std::collections::VecDeque<(usize, usize)>,
+    /// Bytes in `quarantine`.
+    quarantined: usize,
 }
+
+/// Most bytes, and blocks, of freed device memory held back from reuse in check mode.
+const QUARANTINE_BYTES: usize = 64 << 20;
+const QUARANTINE_BLOCKS: usize = 4096;
 
 impl Arena {
     /// Creates a memfd of `size` bytes (sparse) and maps it at one of [`HINTS`].
@@ -139,13 +149,16 @@ impl Arena {
     }
 
     /// A block of whole pages with an inaccessible page on each side; the allocation ends
-    /// where the second guard page starts (aligned to what its size allows, at most 16).
+    /// where the second guard page starts, or up to 15 bytes before it: a block of 16 bytes
+    /// or more is 16-aligned, as the x86-64 ABI aligns such arrays and as compilers assume
+    /// (a firstprivate `int[10]` is copied with aligned vector moves); a smaller one is
+    /// aligned to what its size allows.
     fn alloc_guarded(&self, g: &mut Guards, size: usize) -> Option<usize> {
         let size = size.max(1);
         let pages = size.checked_next_multiple_of(PAGE)?;
         let off = self.heap.lock().alloc_aligned(pages.checked_add(2 * PAGE)?, PAGE)?;
         let region = self.base + off + PAGE;
-        let align = (1usize << size.trailing_zeros()).min(16);
+        let align = if size >= 16 { 16 } else { 1usize << size.trailing_zeros() };
         let addr = (region + pages - size) & !(align - 1);
         g.live.insert(addr, off);
         g.changes.push((region, pages, true));
@@ -170,11 +183,23 @@ impl Arena {
                         None => g.changes.push((opened.0, opened.1, false)),
                     }
                 }
-                self.base + off
+                g.quarantine.push_back((off, len));
+                g.quarantined += len;
+                while g.quarantined > QUARANTINE_BYTES || g.quarantine.len() > QUARANTINE_BLOCKS {
+                    let Some((old, old_len)) = g.quarantine.pop_front() else { break };
+                    g.quarantined -= old_len;
+                    self.give_back(old);
+                }
+                return true;
             }
             None => addr,
         };
         let Some(off) = addr.checked_sub(self.base) else { return false };
+        self.give_back(off)
+    }
+
+    /// Returns the block at heap offset `off` to the heap; false when it is not one.
+    fn give_back(&self, off: usize) -> bool {
         // The lock is held until the pages are given back: until then nobody may be handed
         // this range again (the hole would zero their data).
         let mut heap = self.heap.lock();
@@ -456,6 +481,22 @@ mod tests {
         assert!(a.check.as_ref().unwrap().lock().changes.is_empty());
         assert!(a.free(p));
         assert_eq!(a.check.as_ref().unwrap().lock().changes, vec![(p, 8192, false)]);
+    }
+
+    #[test]
+    fn guarded_arrays_are_16_aligned_and_freed_blocks_are_not_reused_at_once() {
+        let mut a = Arena::create(1 << 24).unwrap();
+        a.enable_checks();
+        // A firstprivate `int[10]`: compilers copy it with 16-byte aligned moves.
+        let p = a.alloc(40).unwrap();
+        assert_eq!(p % 16, 0);
+        assert!(p + 40 <= p.next_multiple_of(PAGE) && p.next_multiple_of(PAGE) - (p + 40) < 16);
+        let small = a.alloc(4).unwrap();
+        assert_eq!((small + 4) % PAGE, 0, "a block under 16 bytes still ends at its guard page");
+        assert!(a.free(p));
+        assert!(!a.free(p), "freed once");
+        let q = a.alloc(40).unwrap();
+        assert_ne!(q, p, "a freed block stays inaccessible for a while (use after unmap faults there)");
     }
 
     #[test]

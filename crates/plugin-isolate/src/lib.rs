@@ -13,6 +13,7 @@
 
 pub mod arena;
 mod device;
+pub mod signals;
 mod spawn;
 pub mod track;
 

@@ -108,6 +108,12 @@ pub unsafe fn start_in_worker(base: usize, size: usize) -> std::io::Result<()> {
 const SEGV_ACCERR: i32 = 2;
 
 extern "C" fn on_fault(sig: i32, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    // A signal the kernel sent itself is no access: it ends the worker, and no fault is
+    // recorded (its `si_addr` holds the sender's pid).
+    // SAFETY: the kernel passes a valid siginfo_t to an SA_SIGINFO handler.
+    if unsafe { crate::signals::sent_by_a_process(info) } {
+        return crate::signals::die_of(sig);
+    }
     // SAFETY: the kernel passes a valid siginfo_t and ucontext_t to an SA_SIGINFO handler.
     let (addr, write) = unsafe {
         let addr = (*info).si_addr() as usize;

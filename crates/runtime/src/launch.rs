@@ -105,7 +105,7 @@ impl Runtime {
             // `tgt_args` are what the compiler's argument arrays map to on this device.
             unsafe { dev.launch(self, kernel, tgt_args, &config, kernel_event) }.map_err(|e| {
                 let name = self.kernel_name(host_ptr).unwrap_or_default();
-                let l = loc.parse();
+                let l = construct_place(loc, &name, &launch.args);
                 e.report_while(
                     format_args!("Kernel {name} at {l} failed: {e}"),
                     format_args!("running kernel {name} at {l}"),
@@ -250,6 +250,30 @@ impl Runtime {
             .find(|e| e.addr as usize == host_ptr && e.size == 0)
             .and_then(|e| info::map_name(crate::registry::entry_name(e)))
             .map(str::to_string)
+    }
+}
+
+/// `file:line:col` of a construct. Where the compiler recorded none (flang gives target
+/// regions no line), `file:line` from the kernel's name (`…_l9`) and the source file its map
+/// names mention, as the mapping checker says it; else the location as it is.
+fn construct_place(loc: Loc, kernel: &str, args: &MapArgs) -> String {
+    let l = loc.parse();
+    if l.is_known() {
+        return l.to_string();
+    }
+    let source = |f: &&str| {
+        let f = f.to_ascii_lowercase();
+        [".c", ".cc", ".cpp", ".cxx", ".f", ".f90", ".f95", ".f03", ".f08"].iter().any(|e| f.ends_with(e))
+    };
+    let line = kernel.rsplit_once("_l").and_then(|(_, n)| n.parse::<u32>().ok());
+    let file = (0..args.len())
+        .filter_map(|i| info::map_name(args.name(i)))
+        .map(omp_format::SourceLocation::from_map_name)
+        .flat_map(|m| [m.file, m.name])
+        .find(source);
+    match (line, file) {
+        (Some(line), Some(f)) => format!("{}:{line}", f.rsplit('/').next().unwrap_or(f)),
+        _ => l.to_string(),
     }
 }
 

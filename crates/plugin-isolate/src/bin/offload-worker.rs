@@ -26,6 +26,11 @@ fn main() {
         },
         _ => usage(),
     };
+    // A kernel's own raise(SIGSEGV) ends the worker, as it ends the host device's process.
+    if let Err(e) = omp_plugin_isolate::signals::end_on_sent_signals() {
+        eprintln!("offload-worker: cannot install its signal handlers: {e}");
+        std::process::exit(1);
+    }
     // Device memory shared with the program. When it cannot be mapped, the program notices
     // (no acknowledgement) and allocates device memory here instead.
     if let Some((base, size)) = arena {
