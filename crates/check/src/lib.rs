@@ -96,6 +96,8 @@ pub(crate) struct Checker {
     /// Mappings that ended, newest last (bounded): a kernel that faults in device memory one
     /// of them held used it after its end.
     ended: Mutex<std::collections::VecDeque<Ended>>,
+    /// The devices whose checking stopped short, once said.
+    watching_less_said: Mutex<HashSet<i32>>,
 }
 
 /// Mappings remembered after their end.
@@ -147,6 +149,7 @@ impl Checker {
             constructs: Mutex::new(HashMap::new()),
             devices: Mutex::new(HashMap::new()),
             ended: Mutex::new(std::collections::VecDeque::new()),
+            watching_less_said: Mutex::new(HashSet::new()),
         })
     }
 

@@ -91,7 +91,11 @@ impl Device for TrackedDevice {
         let construct = omp_runtime::trace::current().0;
         let plan = self.checker.watch_plan(self.device);
         // SAFETY: the caller's promise, passed on unchanged.
-        match unsafe { tracking.launch_tracked(kernel, args, config, &plan.ranges()) } {
+        let launched = unsafe { tracking.launch_tracked(kernel, args, config, &plan.ranges()) };
+        if let Some(why) = tracking.watching_less() {
+            self.checker.watching_less(self.device, &why);
+        }
+        match launched {
             Ok(accesses) => {
                 self.checker.kernel_done(plan, &accesses, construct);
                 Ok(())
@@ -199,6 +203,14 @@ impl Checker {
             if let Some(e) = entries.get(&key) {
                 self.kernel_finding(kind, e, &name, loc);
             }
+        }
+    }
+
+    /// Device `device` watches less than the checker asks, for the reason `why`: said once
+    /// per device.
+    fn watching_less(&self, device: i32, why: &str) {
+        if self.watching_less_said.lock().insert(device) {
+            report::finding("note", format_args!("device {device} checks less than it could: {why}"));
         }
     }
 
