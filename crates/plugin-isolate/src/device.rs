@@ -247,14 +247,17 @@ impl AccessTracking for IsolateDevice {
         config: &LaunchConfig,
         watch: &[(usize, usize)],
     ) -> Result<Vec<PageAccess>> {
-        let r = self.shared.worker()?;
-        let Some(arena) = r.arena.as_ref().filter(|a| a.checking() && !a.tracking_off()) else {
-            // Nothing is watched: every page counts as written, so that no finding is false.
-            self.launch_untracked(kernel, args, config)?;
+        // Nothing watched: every page counts as written, so that no finding is false.
+        let all_written = || {
             let pages = watch
                 .iter()
                 .flat_map(|&(a, l)| (a & !(omp_plugin::TRACK_PAGE - 1)..a + l).step_by(omp_plugin::TRACK_PAGE));
-            return Ok(pages.map(|page| PageAccess { page, read_first: false, written: true }).collect());
+            pages.map(|page| PageAccess { page, read_first: false, written: true }).collect()
+        };
+        let r = self.shared.worker()?;
+        let Some(arena) = r.arena.as_ref().filter(|a| a.checking() && !a.tracking_off()) else {
+            self.launch_untracked(kernel, args, config)?;
+            return Ok(all_written());
         };
         let _one = self.shared.tracked_launch.lock();
         // Without a control block the worker would not open the memory allocated since the
@@ -263,7 +266,8 @@ impl AccessTracking for IsolateDevice {
             PluginError::out_of_memory("device memory is too full for the checker's record of this launch")
         })?;
         self.launch_untracked(kernel, args, config)?;
-        Ok(arena.accesses(&prepared))
+        // The worker may have given protections up before this kernel.
+        Ok(if arena.tracking_off() { all_written() } else { arena.accesses(&prepared) })
     }
 
     fn last_fault(&self) -> Option<Fault> {
