@@ -22,6 +22,7 @@ mod entry;
 mod events;
 mod fault;
 mod leaks;
+mod raw;
 mod report;
 mod tracked;
 
@@ -98,6 +99,8 @@ pub(crate) struct Checker {
     ended: Mutex<std::collections::VecDeque<Ended>>,
     /// The devices whose checking stopped short, once said.
     watching_less_said: Mutex<HashSet<i32>>,
+    /// Live `omp_target_alloc` blocks by (device, address).
+    raw: Mutex<BTreeMap<(i32, usize), raw::RawBlock>>,
 }
 
 /// Mappings remembered after their end.
@@ -150,6 +153,7 @@ impl Checker {
             devices: Mutex::new(HashMap::new()),
             ended: Mutex::new(std::collections::VecDeque::new()),
             watching_less_said: Mutex::new(HashSet::new()),
+            raw: Mutex::new(BTreeMap::new()),
         })
     }
 

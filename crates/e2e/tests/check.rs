@@ -486,3 +486,23 @@ fn under_an_address_space_limit_the_checker_says_what_it_stopped_checking() {
     one_note(&o, "ulimit -v", "ulimit -v unlimited");
     assert_eq!(findings(&o).len(), 1, "the note only:\n{}", text(&o.stderr));
 }
+
+/// `omp_target_alloc` memory is checked like mapped memory: a kernel that reads a block
+/// nothing wrote, and a block never freed, are findings; correct uses are silent.
+#[cfg_attr(omp_e2e, test)]
+fn omp_target_alloc_memory_is_checked_for_uninitialized_reads_and_leaks() {
+    let exe = build(Llvm::V22, "check/target_alloc.c", &[]);
+    let plain = run(&exe, &[]);
+    assert!(plain.status.success(), "{}", text(&plain.stderr));
+    let o = run(&exe, &[CHECK]);
+    assert!(o.status.success() && findings(&o).is_empty(), "false alarm:\n{}", text(&o.stderr));
+    assert_eq!(text(&o.stdout), text(&plain.stdout));
+    let with = |bug: &str| {
+        let o = Command::new(&exe).arg(bug).env("LD_LIBRARY_PATH", dist_lib()).env(CHECK.0, CHECK.1).output();
+        o.expect("run")
+    };
+    let uninit = with("uninit");
+    one_finding(&uninit, &["uninitialized device memory", "read the omp_target_alloc memory at 0x", "target_alloc.c:"]);
+    let leak = with("leak");
+    one_finding(&leak, &["leak: the omp_target_alloc memory at 0x", "(32.0 KiB on device 0) is never freed"]);
+}
