@@ -92,6 +92,7 @@ impl Checker {
                 }
             }
             Event::Api { op, device, ptr, other, bytes } => {
+                self.raw_api(op, device, ptr, other, bytes);
                 // Device memory API calls on mapped data: the checker no longer knows what
                 // either side holds there (no judgement, no false alarm).
                 let mut entries = self.entries.lock();
@@ -164,6 +165,9 @@ impl Checker {
         bytes: usize,
         time: Option<Duration>,
     ) {
+        if dir == Direction::ToDevice {
+            self.raw_copied(device, tgt, bytes);
+        }
         let mut entries = self.entries.lock();
         let Some(key) = Self::containing(&entries, device, host, bytes) else {
             // The runtime writing a device pointer into a mapped object (an attachment):

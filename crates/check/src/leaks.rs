@@ -38,6 +38,7 @@ impl Checker {
                 );
             }
         }
+        self.raw_leaks();
         let repeats = self.repeats.swap(0, Ordering::Relaxed);
         if repeats > 0 {
             omp_runtime::info::emit(&format!(

@@ -22,6 +22,7 @@ mod entry;
 mod events;
 mod fault;
 mod leaks;
+mod raw;
 mod report;
 mod tracked;
 
@@ -96,6 +97,10 @@ pub(crate) struct Checker {
     /// Mappings that ended, newest last (bounded): a kernel that faults in device memory one
     /// of them held used it after its end.
     ended: Mutex<std::collections::VecDeque<Ended>>,
+    /// The devices whose checking stopped short, once said.
+    watching_less_said: Mutex<HashSet<i32>>,
+    /// Live `omp_target_alloc` blocks by (device, address).
+    raw: Mutex<BTreeMap<(i32, usize), raw::RawBlock>>,
 }
 
 /// Mappings remembered after their end.
@@ -147,6 +152,8 @@ impl Checker {
             constructs: Mutex::new(HashMap::new()),
             devices: Mutex::new(HashMap::new()),
             ended: Mutex::new(std::collections::VecDeque::new()),
+            watching_less_said: Mutex::new(HashSet::new()),
+            raw: Mutex::new(BTreeMap::new()),
         })
     }
 

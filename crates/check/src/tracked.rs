@@ -24,12 +24,14 @@ pub(crate) struct WatchPlan {
     pages: HashMap<usize, ((i32, usize), usize, usize, Why)>,
     /// Pages left unwatched by the bound: what the kernel does there is unknown.
     unwatched: Vec<((i32, usize), usize)>,
+    /// The pages of `omp_target_alloc` blocks watched for reads of what nothing wrote.
+    raw: raw::RawWatch,
 }
 
 impl WatchPlan {
     /// The device ranges to watch.
     fn ranges(&self) -> Vec<(usize, usize)> {
-        self.pages.keys().map(|&p| (p, TRACK_PAGE)).collect()
+        self.pages.keys().chain(self.raw.pages.keys()).map(|&p| (p, TRACK_PAGE)).collect()
     }
 }
 
@@ -91,7 +93,11 @@ impl Device for TrackedDevice {
         let construct = omp_runtime::trace::current().0;
         let plan = self.checker.watch_plan(self.device);
         // SAFETY: the caller's promise, passed on unchanged.
-        match unsafe { tracking.launch_tracked(kernel, args, config, &plan.ranges()) } {
+        let launched = unsafe { tracking.launch_tracked(kernel, args, config, &plan.ranges()) };
+        if let Some(why) = tracking.watching_less() {
+            self.checker.watching_less(self.device, &why);
+        }
+        match launched {
             Ok(accesses) => {
                 self.checker.kernel_done(plan, &accesses, construct);
                 Ok(())
@@ -122,7 +128,7 @@ impl Checker {
     /// the last copy (stale data), never written (uninitialized), copied and not read yet
     /// (the advisor).
     fn watch_plan(&self, device: i32) -> WatchPlan {
-        let mut plan = WatchPlan { pages: HashMap::new(), unwatched: Vec::new() };
+        let mut plan = WatchPlan { pages: HashMap::new(), unwatched: Vec::new(), raw: raw::RawWatch::default() };
         let entries = self.entries.lock();
         for (&key, e) in entries.range((device, 0)..=(device, usize::MAX)) {
             if e.size == 0 || e.made_by.is_none() {
@@ -152,11 +158,14 @@ impl Checker {
                 watch(i, &|w| w.unread = true);
             }
         }
+        drop(entries);
+        plan.raw = self.raw_watch(device, &plan.pages, MAX_WATCHED_PAGES.saturating_sub(plan.pages.len()));
         plan
     }
 
     /// The kernel of `construct` ran to its end and touched the watched pages `accesses`.
-    fn kernel_done(&self, plan: WatchPlan, accesses: &[PageAccess], construct: u64) {
+    fn kernel_done(&self, mut plan: WatchPlan, accesses: &[PageAccess], construct: u64) {
+        self.raw_done(std::mem::take(&mut plan.raw), accesses, construct);
         let mut entries = self.entries.lock();
         let mut found: Vec<(u8, (i32, usize), usize)> = Vec::new();
         for (key, i) in plan.unwatched {
@@ -202,6 +211,14 @@ impl Checker {
         }
     }
 
+    /// Device `device` watches less than the checker asks, for the reason `why`: said once
+    /// per device.
+    fn watching_less(&self, device: i32, why: &str) {
+        if self.watching_less_said.lock().insert(device) {
+            report::finding("note", format_args!("device {device} checks less than it could: {why}"));
+        }
+    }
+
     /// The kernel of `construct` on `device` stopped on an access it may not make.
     fn kernel_stopped(&self, device: i32, f: Fault, construct: u64) {
         let (name, loc) = self.kernel_of(construct);
@@ -209,7 +226,7 @@ impl Checker {
     }
 
     /// The name of the kernel `construct` launched, and the place it launched it from.
-    fn kernel_of(&self, construct: u64) -> (String, Loc) {
+    pub(crate) fn kernel_of(&self, construct: u64) -> (String, Loc) {
         self.with_ctx(construct, |c| c.map(|c| (c.kernel.clone(), c.kernel_loc))).unwrap_or((String::new(), Loc::NONE))
     }
 

@@ -411,3 +411,98 @@ fn kernel_errors_carry_the_place_the_finding_names() {
         assert!(l.contains("__QQmain_l9 at bounds.f90:9") && !l.contains("unknown:0:0"), "{l}");
     }
 }
+
+/// The `omptarget check: note:` lines a run printed: what the checker stopped checking.
+fn notes(o: &Output) -> Vec<String> {
+    findings(o).into_iter().filter(|l| l.starts_with("omptarget check: note: ")).collect()
+}
+
+/// Exactly one note, which says what stopped being checked, why and how to lift it.
+fn one_note(o: &Output, why: &str, lift: &str) {
+    let n = notes(o);
+    assert_eq!(n.len(), 1, "expected one note:\n{}", text(&o.stderr));
+    for w in ["are not checked", why, lift] {
+        assert!(n[0].contains(w), "note lacks {w:?}: {}", n[0]);
+    }
+}
+
+/// A kernel that writes one double in every other page of a 300 MiB mapping (38,400 pages
+/// watched one by one: up to 76,800 memory regions, more than vm.max_map_count's 65,530):
+/// the program runs as without the checker, and one note says what went unwatched. A
+/// later kernel is watched again.
+#[cfg_attr(omp_e2e, test)]
+fn a_sparse_kernel_over_a_large_mapping_never_kills_the_program_and_is_said_once() {
+    let exe = build(Llvm::V22, "check/sparse.c", &[]);
+    let plain = run(&exe, &[]);
+    assert!(plain.status.success(), "{}", text(&plain.stderr));
+    let o = run(&exe, &[CHECK]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_eq!(text(&o.stdout), text(&plain.stdout));
+    one_note(&o, "vm.max_map_count", "sysctl -w vm.max_map_count=");
+    assert_eq!(findings(&o).len(), 1, "the note only:\n{}", text(&o.stderr));
+    let mut cmd = Command::new(&exe);
+    let later = cmd.arg("later").env("LD_LIBRARY_PATH", dist_lib()).env(CHECK.0, CHECK.1).output().expect("run");
+    assert!(later.status.success(), "{}", text(&later.stderr));
+    assert_eq!(notes(&later).len(), 1, "{}", text(&later.stderr));
+    let f = findings(&later);
+    assert!(f.iter().any(|l| l.contains("uninitialized device memory") && l.contains("`u[0:1024]`")), "{f:?}");
+}
+
+/// More live mappings than vm.max_map_count allows guard pages for: the checks that need
+/// them stop, and a note says so once.
+#[cfg_attr(omp_e2e, test)]
+fn past_the_map_count_the_checker_says_what_it_stopped_checking() {
+    let exe = build(Llvm::V22, "check/many_mappings.c", &[]);
+    let plain = run(&exe, &[]);
+    assert!(plain.status.success(), "{}", text(&plain.stderr));
+    let o = run(&exe, &[("LIBOMPTARGET_CHECK", "bugs")]);
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    assert_eq!(text(&o.stdout), text(&plain.stdout));
+    one_note(&o, "vm.max_map_count", "sysctl -w vm.max_map_count=");
+    assert_eq!(findings(&o).len(), 1, "the note only:\n{}", text(&o.stderr));
+}
+
+/// Under an address-space limit below the machine's memory, device memory cannot be shared
+/// with the worker: a note says which checks are off and how to lift the limit.
+#[cfg_attr(omp_e2e, test)]
+fn under_an_address_space_limit_the_checker_says_what_it_stopped_checking() {
+    let exe = build(Llvm::V22, "check/correct.c", &[]);
+    let meminfo = std::fs::read_to_string("/proc/meminfo").expect("/proc/meminfo");
+    let total_kib: u64 = meminfo
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("MemTotal");
+    let limit = (total_kib / 2).max(4 << 20);
+    let o = Command::new("sh")
+        .arg("-c")
+        .arg(format!("ulimit -v {limit}; exec \"$0\"",))
+        .arg(&exe)
+        .env("LD_LIBRARY_PATH", dist_lib())
+        .env(CHECK.0, CHECK.1)
+        .output()
+        .expect("run sh");
+    assert!(o.status.success(), "{}", text(&o.stderr));
+    one_note(&o, "ulimit -v", "ulimit -v unlimited");
+    assert_eq!(findings(&o).len(), 1, "the note only:\n{}", text(&o.stderr));
+}
+
+/// `omp_target_alloc` memory is checked like mapped memory: a kernel that reads a block
+/// nothing wrote, and a block never freed, are findings; correct uses are silent.
+#[cfg_attr(omp_e2e, test)]
+fn omp_target_alloc_memory_is_checked_for_uninitialized_reads_and_leaks() {
+    let exe = build(Llvm::V22, "check/target_alloc.c", &[]);
+    let plain = run(&exe, &[]);
+    assert!(plain.status.success(), "{}", text(&plain.stderr));
+    let o = run(&exe, &[CHECK]);
+    assert!(o.status.success() && findings(&o).is_empty(), "false alarm:\n{}", text(&o.stderr));
+    assert_eq!(text(&o.stdout), text(&plain.stdout));
+    let with = |bug: &str| {
+        let o = Command::new(&exe).arg(bug).env("LD_LIBRARY_PATH", dist_lib()).env(CHECK.0, CHECK.1).output();
+        o.expect("run")
+    };
+    let uninit = with("uninit");
+    one_finding(&uninit, &["uninitialized device memory", "read the omp_target_alloc memory at 0x", "target_alloc.c:"]);
+    let leak = with("leak");
+    one_finding(&leak, &["leak: the omp_target_alloc memory at 0x", "(32.0 KiB on device 0) is never freed"]);
+}

@@ -301,10 +301,12 @@ impl Arena {
                 let st = unsafe { std::ptr::read_volatile((p.states + i) as *const u8) };
                 i += 1;
                 if st != 0 {
+                    // A page whose accesses went unseen is taken as written (missed findings,
+                    // never false ones).
                     out.push(omp_plugin::PageAccess {
                         page,
                         read_first: st & track::READ_FIRST != 0,
-                        written: st & track::WRITTEN != 0,
+                        written: st & (track::WRITTEN | track::UNSEEN) != 0,
                     });
                 }
             }
@@ -327,6 +329,12 @@ impl Arena {
                 device_memory: flags & track::FAULT_IN_ARENA != 0,
             })
         }
+    }
+
+    /// The worker dropped a kernel's watch: it touched too many scattered pages.
+    pub fn watch_dropped(&self) -> bool {
+        // SAFETY: the header page is part of this arena's read-write mapping.
+        unsafe { track::header_word(self.base, track::WATCH_DROPPED).load(Ordering::Acquire) != 0 }
     }
 
     /// The worker had to give up protections (the system refused them).

@@ -202,7 +202,8 @@ impl Device for IsolateDevice {
     fn access_tracking(&self) -> Option<&dyn AccessTracking> {
         let tracks = self.shared.check
             && match &*self.shared.state.lock() {
-                State::Running(r) => r.arena.as_ref().is_some_and(|a| a.checking() && !a.tracking_off()),
+                // Also where protections are off: the checker must hear why.
+                State::Running(_) => true,
                 _ => false,
             };
         tracks.then_some(self as &dyn AccessTracking)
@@ -246,9 +247,17 @@ impl AccessTracking for IsolateDevice {
         config: &LaunchConfig,
         watch: &[(usize, usize)],
     ) -> Result<Vec<PageAccess>> {
+        // Nothing watched: every page counts as written, so that no finding is false.
+        let all_written = || {
+            let pages = watch
+                .iter()
+                .flat_map(|&(a, l)| (a & !(omp_plugin::TRACK_PAGE - 1)..a + l).step_by(omp_plugin::TRACK_PAGE));
+            pages.map(|page| PageAccess { page, read_first: false, written: true }).collect()
+        };
         let r = self.shared.worker()?;
-        let Some(arena) = r.arena.as_ref().filter(|a| a.checking()) else {
-            return self.launch_untracked(kernel, args, config).map(|_| Vec::new());
+        let Some(arena) = r.arena.as_ref().filter(|a| a.checking() && !a.tracking_off()) else {
+            self.launch_untracked(kernel, args, config)?;
+            return Ok(all_written());
         };
         let _one = self.shared.tracked_launch.lock();
         // Without a control block the worker would not open the memory allocated since the
@@ -257,7 +266,8 @@ impl AccessTracking for IsolateDevice {
             PluginError::out_of_memory("device memory is too full for the checker's record of this launch")
         })?;
         self.launch_untracked(kernel, args, config)?;
-        Ok(arena.accesses(&prepared))
+        // The worker may have given protections up before this kernel.
+        Ok(if arena.tracking_off() { all_written() } else { arena.accesses(&prepared) })
     }
 
     fn last_fault(&self) -> Option<Fault> {
@@ -266,4 +276,38 @@ impl AccessTracking for IsolateDevice {
             _ => None,
         }
     }
+
+    fn watching_less(&self) -> Option<String> {
+        let State::Running(r) = &*self.shared.state.lock() else { return None };
+        let Some(arena) = r.arena.as_ref().filter(|a| a.checking()) else {
+            return Some(
+                "its memory could not be shared with its worker (the address space is limited: `ulimit -v`), so \
+                 out-of-bounds, stale and uninitialized accesses are not checked; lift the limit (`ulimit -v \
+                 unlimited`) to check them"
+                    .into(),
+            );
+        };
+        if arena.tracking_off() {
+            return Some(format!(
+                "the system allows no more page protections (vm.max_map_count is {}; each mapping takes about two), \
+                 so out-of-bounds, stale and uninitialized accesses are not checked from here on; raise it (`sysctl -w \
+                 vm.max_map_count=1048576`) or map fewer arrays at once to check them",
+                max_map_count()
+            ));
+        }
+        arena.watch_dropped().then(|| {
+            format!(
+                "a kernel touched pages so scattered that watching each one would split its memory into more than {} \
+                 regions (vm.max_map_count is {}), so the rest of that kernel's accesses are not checked for stale and \
+                 uninitialized data; raise it (`sysctl -w vm.max_map_count=1048576`) to check them",
+                crate::track::REGIONS_MAX,
+                max_map_count()
+            )
+        })
+    }
+}
+
+/// The system's `vm.max_map_count`, or 0 when it cannot be read.
+fn max_map_count() -> usize {
+    std::fs::read_to_string("/proc/sys/vm/max_map_count").ok().and_then(|s| s.trim().parse().ok()).unwrap_or(0)
 }

@@ -13,7 +13,8 @@
 //!
 //! Header words (byte offsets): [`FAULT_SET`], [`FAULT_ADDR`], [`FAULT_FLAGS`] (written by
 //! the worker's handler), [`CTL_ADDR`], [`CTL_LEN`] (written by the program), [`TRACK_OFF`]
-//! (the worker gave up protections). Control block, in 64-bit words: number of changes,
+//! (the worker gave up protections), [`WATCH_DROPPED`] (a kernel's watch was dropped).
+//! Control block, in 64-bit words: number of changes,
 //! number of watched ranges, number of watched pages; the changes (address, length,
 //! 1 = accessible / 0 = not); the ranges (page address, pages); then one state byte per
 //! watched page ([`READ_FIRST`], [`WRITTEN`]).
@@ -27,6 +28,7 @@ pub const FAULT_FLAGS: usize = 80;
 pub const CTL_ADDR: usize = 128;
 pub const CTL_LEN: usize = 136;
 pub const TRACK_OFF: usize = 192;
+pub const WATCH_DROPPED: usize = 200;
 
 /// [`FAULT_FLAGS`] bits.
 pub const FAULT_WRITE: u64 = 1;
@@ -35,6 +37,8 @@ pub const FAULT_IN_ARENA: u64 = 2;
 /// Page state bits.
 pub const READ_FIRST: u8 = 1;
 pub const WRITTEN: u8 = 2;
+/// The page's accesses went unseen after the kernel's watch was dropped.
+pub const UNSEEN: u8 = 4;
 
 /// Words before the changes in a control block.
 pub const CTL_HEAD_WORDS: usize = 3;
@@ -60,6 +64,27 @@ struct Watch {
 }
 
 static WATCH: AtomicPtr<Watch> = AtomicPtr::new(std::ptr::null_mut());
+
+/// Memory regions the running kernel's faults added, as far as the page states tell (a page
+/// opened between closed ones splits its region in three; one next to an open neighbour
+/// merges with it). The system allows `vm.max_map_count` regions in all: past
+/// [`REGIONS_MAX`] (or when the system refuses a page), the watch is dropped.
+static REGIONS_ADDED: AtomicUsize = AtomicUsize::new(0);
+/// The running kernel's watch was dropped: its watched ranges are all open.
+static DROPPED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Regions one kernel's watch may add: half of the default `vm.max_map_count` (65,530),
+/// which leaves the rest to the guarded allocations.
+pub const REGIONS_MAX: usize = 32 << 10;
+
+/// The protection a page state leads to: 0 none, 1 read, 2 read-write.
+fn prot_rank(state: u8) -> u8 {
+    if state & WRITTEN != 0 {
+        2
+    } else {
+        u8::from(state & READ_FIRST != 0)
+    }
+}
 
 fn page_down(a: usize) -> usize {
     a & !(TRACK_PAGE - 1)
@@ -133,8 +158,16 @@ extern "C" fn on_fault(sig: i32, info: *mut libc::siginfo_t, ctx: *mut libc::c_v
         if let Some(&(start, end, first)) = w.ranges.get(i) {
             if addr >= start && addr < end {
                 let page = page_down(addr);
-                // SAFETY: `states` holds one byte per watched page; this page's index is in range.
-                let st = unsafe { &*w.states.add(first + (page - start) / TRACK_PAGE) };
+                if DROPPED.load(Ordering::Acquire) {
+                    // SAFETY: `w` is the running kernel's watch, as above.
+                    return unsafe { drop_watch(w, page) };
+                }
+                let index = first + (page - start) / TRACK_PAGE;
+                // SAFETY: `states` holds one byte per watched page; the indices passed here are
+                // this page's and those of its neighbours inside the same watched range.
+                let state_at = |i: usize| unsafe { &*w.states.add(i) };
+                let st = state_at(index);
+                let before = prot_rank(st.load(Ordering::Acquire));
                 let prot = if write {
                     st.fetch_or(WRITTEN, Ordering::AcqRel);
                     libc::PROT_READ | libc::PROT_WRITE
@@ -146,10 +179,24 @@ extern "C" fn on_fault(sig: i32, info: *mut libc::siginfo_t, ctx: *mut libc::c_v
                         libc::PROT_READ
                     }
                 };
+                // Neighbours outside the watched range count as different.
+                let near = |i: usize| prot_rank(state_at(i).load(Ordering::Acquire));
+                let left = if page > start { near(index - 1) } else { 3 };
+                let right = if page + TRACK_PAGE < end { near(index + 1) } else { 3 };
+                let after = prot_rank(st.load(Ordering::Acquire));
+                let edges = |p: u8| usize::from(left != p) + usize::from(right != p);
+                let added = edges(after).saturating_sub(edges(before));
+                if added > 0 && REGIONS_ADDED.fetch_add(added, Ordering::AcqRel) + added > REGIONS_MAX {
+                    // SAFETY: `w` is the running kernel's watch, as above.
+                    return unsafe { drop_watch(w, page) };
+                }
                 // SAFETY: `page` lies in a watched range, inside the arena (checked by `arm`).
                 if unsafe { protect(page, TRACK_PAGE, prot) } {
                     return;
                 }
+                // The system refused one more region: the watch goes, the kernel goes on.
+                // SAFETY: as above.
+                return unsafe { drop_watch(w, page) };
             }
         }
     }
@@ -169,6 +216,42 @@ extern "C" fn on_fault(sig: i32, info: *mut libc::siginfo_t, ctx: *mut libc::c_v
     // with this signal, which the program reports.
     // SAFETY: signal() with SIG_DFL is async-signal-safe.
     unsafe { libc::signal(sig, libc::SIG_DFL) };
+}
+
+/// Drops the running kernel's watch from a fault handler: its watched ranges open (which
+/// merges their regions again), every page whose accesses may now go unseen is marked
+/// [`UNSEEN`], and the program is told through [`WATCH_DROPPED`]. `page` (the faulting
+/// page) is opened in any case, so that a fault racing with the drop cannot repeat forever.
+///
+/// # Safety
+/// `w` must be the running kernel's watch, its ranges inside the arena.
+unsafe fn drop_watch(w: &Watch, page: usize) {
+    let rw = libc::PROT_READ | libc::PROT_WRITE;
+    if !DROPPED.swap(true, Ordering::AcqRel) {
+        for &(start, end, first) in &w.ranges {
+            for i in 0..(end - start) / TRACK_PAGE {
+                // SAFETY: one state byte per watched page, as `arm` checked.
+                let st = unsafe { &*w.states.add(first + i) };
+                // A written page's record is whole; any other may yet be read or written.
+                if st.load(Ordering::Acquire) & WRITTEN == 0 {
+                    st.fetch_or(UNSEEN, Ordering::AcqRel);
+                }
+            }
+            // SAFETY: a watched range, inside the arena.
+            if !unsafe { protect(start, end - start, rw) } {
+                let (base, size) = (ARENA_BASE.load(Ordering::Acquire), ARENA_SIZE.load(Ordering::Acquire));
+                give_up(base, size);
+                break;
+            }
+        }
+        let base = ARENA_BASE.load(Ordering::Acquire);
+        if base != 0 {
+            // SAFETY: the header page is mapped read-write in the worker.
+            unsafe { header_word(base, WATCH_DROPPED).store(1, Ordering::Release) };
+        }
+    }
+    // SAFETY: a watched page, inside the arena; opening it inside an open range merges.
+    unsafe { protect(page, TRACK_PAGE, rw) };
 }
 
 /// Reads the control block before a kernel: applies the protection changes and arms the
@@ -234,6 +317,8 @@ fn arm() -> Vec<(usize, usize)> {
         first += pages;
     }
     ranges.sort_unstable();
+    REGIONS_ADDED.store(0, Ordering::Release);
+    DROPPED.store(false, Ordering::Release);
     let opened: Vec<(usize, usize)> = ranges.iter().map(|r| (r.0, r.1 - r.0)).collect();
     let watch = Box::into_raw(Box::new(Watch { ranges, states }));
     WATCH.store(watch, Ordering::Release);

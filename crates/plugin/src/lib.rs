@@ -327,6 +327,12 @@ pub trait AccessTracking: Send + Sync {
     ) -> Result<Vec<PageAccess>>;
     /// The access that stopped the last kernel that failed, where the device knows it.
     fn last_fault(&self) -> Option<Fault>;
+    /// Why the device watches less than it was asked (a system limit reached), with how to
+    /// lift it; `None` while it watches everything. Pages it could not watch are reported
+    /// as written.
+    fn watching_less(&self) -> Option<String> {
+        None
+    }
 }
 
 /// Forwards every method of the trait to `**self` (one list, used by each blanket impl).

@@ -135,7 +135,13 @@ impl Runtime {
         };
         if ptr != 0 {
             self.api_allocs.insert(dev.key(), ptr, size);
-            self.api_event(ApiOp::Alloc, device, ptr, 0, size);
+            self.api_event(
+                ApiOp::Alloc,
+                device,
+                ptr,
+                matches!(kind, AllocKind::Host | AllocKind::Shared) as usize,
+                size,
+            );
         }
         ptr
     }

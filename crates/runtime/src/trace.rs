@@ -49,6 +49,7 @@ pub enum RcChange {
 /// A device memory API call (`omp_target_*`): work done outside any construct.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ApiOp {
+    /// `other` is 1 for memory the host reaches too (the host and shared kinds), else 0.
     Alloc,
     Free,
     /// A copy into device memory (`ptr` is the destination).
