@@ -132,6 +132,20 @@ pub fn run_ours(exe: &Path, env: &[(&str, &str)]) -> String {
     stdout
 }
 
+/// Runs `cmd` (a compiler or tool the test needs) and returns its output, panicking with
+/// both streams when it cannot start or fails.
+pub fn must(cmd: &mut Command, what: &str) -> Output {
+    let o = cmd.output().unwrap_or_else(|e| panic!("cannot run {what}: {e}"));
+    assert!(
+        o.status.success(),
+        "{what} failed ({}):\n{}\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    o
+}
+
 /// The source programs under `tests/programs`.
 pub fn program(rel: &str) -> PathBuf {
     repo_root().join("tests/programs").join(rel)

@@ -10,7 +10,7 @@
 // Always compiled; run as tests once `make dist` has run, and always under CI (see build.rs).
 #![cfg_attr(not(omp_e2e), allow(dead_code))]
 
-use omp_e2e::{dist_lib, program, repo_root, scratch, Llvm};
+use omp_e2e::{dist_lib, must, program, repo_root, scratch, Llvm};
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -18,18 +18,6 @@ use std::sync::{Mutex, OnceLock};
 
 /// Our runtime's device number of the first GPU: after the host plugin's four devices.
 const GPU: &str = "4";
-
-fn must(cmd: &mut Command, what: &str) -> Output {
-    let o = cmd.output().unwrap_or_else(|e| panic!("cannot run {what}: {e}"));
-    assert!(
-        o.status.success(),
-        "{what} failed ({}):\n{}\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    o
-}
 
 /// The directory holding the fake `libcuda.so.1`, built once per test process.
 fn fake_driver() -> &'static Path {

@@ -8,7 +8,7 @@
 // Always compiled; run as tests once `make dist` has run, and always under CI (see build.rs).
 #![cfg_attr(not(omp_e2e), allow(dead_code))]
 
-use omp_e2e::{program, repo_root, run_ours, scratch, Llvm};
+use omp_e2e::{must, program, repo_root, run_ours, scratch, Llvm};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -32,18 +32,6 @@ fn ompcc() -> PathBuf {
     let p = repo_root().join("dist/bin/ompcc");
     assert!(p.exists(), "{} is missing: run `make dist` first", p.display());
     p
-}
-
-fn must(cmd: &mut Command, what: &str) -> Output {
-    let o = cmd.output().unwrap_or_else(|e| panic!("cannot run {what}: {e}"));
-    assert!(
-        o.status.success(),
-        "{what} failed ({}):\n{}\n{}",
-        o.status,
-        String::from_utf8_lossy(&o.stdout),
-        String::from_utf8_lossy(&o.stderr)
-    );
-    o
 }
 
 fn stdout(o: &Output) -> String {
