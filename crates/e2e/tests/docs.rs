@@ -1,0 +1,138 @@
+//! The examples of README.md and docs/*.md, run as written: every session marked
+//! `<!-- doctest -->` (markup and masking: `omp_e2e::doctest`) runs in a fresh directory that
+//! links `dist`, `.deps`, `tests` and `examples` of this checkout, with `dist/bin` first on
+//! PATH, and each command's output must be what the page shows. A failure names the page, the
+//! command's line, the expected and the actual output. `OMP_DOCTEST_PAGE=docs/check.md` runs
+//! one page.
+
+// Always compiled; run as tests once `make dist` has run, and always under CI (see build.rs).
+#![cfg_attr(not(omp_e2e), allow(dead_code))]
+
+use omp_e2e::doctest::{extract, output_matches, Example};
+use omp_e2e::{dist_lib, repo_root, scratch, skip_without};
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+/// What the documented commands call besides `dist/`.
+const TOOLS: [&str; 6] = ["clang-19", "clang-22", "clang++-22", "flang-new-19", "flang-new-22", "llvm-objcopy-22"];
+
+/// Separates the commands' outputs in a session's combined output.
+const MARK: &str = "@@omprs-doctest-command@@";
+
+/// Seconds one session may take before it is stopped (and fails).
+const SESSION_LIMIT_S: u32 = 120;
+
+fn pages(root: &Path) -> Vec<PathBuf> {
+    let mut pages = vec![root.join("README.md")];
+    let mut docs: Vec<PathBuf> = std::fs::read_dir(root.join("docs"))
+        .expect("docs/")
+        .map(|e| e.expect("docs/ entry").path())
+        .filter(|p| p.extension().is_some_and(|e| e == "md"))
+        .collect();
+    docs.sort();
+    pages.extend(docs);
+    pages
+}
+
+fn on_path(tool: &str) -> bool {
+    Command::new("sh").arg("-c").arg(format!("command -v {tool}")).stdout(Stdio::null()).status().is_ok_and(|s| s.success())
+}
+
+/// `s` as one single-quoted shell word.
+fn quoted(s: &str) -> String {
+    format!("'{}'", s.replace('\'', r"'\''"))
+}
+
+/// The script of one session: setup (stops the session on failure), then each command after
+/// a marker line, all output on one stream in the order written.
+fn script(ex: &Example) -> String {
+    let mut s = String::from("exec 2>&1 </dev/null\ntrap 'kill $(jobs -p) 2>/dev/null; wait' EXIT\n");
+    for line in &ex.setup {
+        let _ = writeln!(s, "{{ {line}\n}} >.doctest-setup.log 2>&1 || {{ echo \"setup failed: \"{}; cat .doctest-setup.log; exit 97; }}", quoted(line));
+    }
+    for cmd in &ex.commands {
+        let _ = writeln!(s, "echo {MARK}\n{}", cmd.text);
+    }
+    s
+}
+
+/// Runs one session; returns the failures, described.
+fn run(page: &str, ex: &Example, root: &Path, dir: &Path) -> Vec<String> {
+    for link in ["dist", ".deps", "tests", "examples"] {
+        std::os::unix::fs::symlink(root.join(link), dir.join(link)).expect("link into the session directory");
+    }
+    for f in &ex.files {
+        std::fs::write(dir.join(&f.name), &f.contents).expect("write the example's file");
+    }
+    let path = format!("{}:{}", root.join("dist/bin").display(), std::env::var("PATH").unwrap_or_default());
+    let mut cmd = Command::new("timeout");
+    cmd.args(["-k", "5", &SESSION_LIMIT_S.to_string(), "bash", "-c", &script(ex)]).current_dir(dir).env("PATH", path);
+    // The page's commands set what they need; nothing of the test's own environment leaks in.
+    for (k, _) in std::env::vars() {
+        if k.starts_with("LIBOMPTARGET_") || k.starts_with("OMP_") || k == "LD_LIBRARY_PATH" {
+            cmd.env_remove(k);
+        }
+    }
+    let out = cmd.output().expect("run bash");
+    let text = String::from_utf8_lossy(&out.stdout).into_owned();
+    let place = format!("{page}:{}", ex.line);
+    if out.status.code() == Some(124) || out.status.code() == Some(137) {
+        return vec![format!("{place}: the session ran past {SESSION_LIMIT_S} s; its output:\n{text}")];
+    }
+    let separator = format!("{MARK}\n");
+    let mut outputs = text.split(&separator);
+    let before = outputs.next().unwrap_or_default();
+    if out.status.code() == Some(97) && outputs.clone().next().is_none() {
+        return vec![format!("{place}: {before}")];
+    }
+    let outputs: Vec<&str> = outputs.collect();
+    let mut failures = Vec::new();
+    for (i, c) in ex.commands.iter().enumerate() {
+        let actual: Vec<String> = outputs.get(i).map_or(Vec::new(), |o| o.lines().map(str::to_string).collect());
+        if outputs.len() <= i || !output_matches(&c.expected, &actual) {
+            failures.push(format!(
+                "{page}:{}: `{}`\n--- expected (the page)\n{}\n--- actual\n{}\n---",
+                c.line,
+                c.text,
+                c.expected.join("\n"),
+                if outputs.len() <= i { "(the command did not run)".to_string() } else { actual.join("\n") }
+            ));
+        }
+    }
+    failures
+}
+
+#[cfg_attr(omp_e2e, test)]
+fn documented_examples_do_what_the_pages_show() {
+    let root = repo_root();
+    dist_lib();
+    if let Some(missing) = TOOLS.iter().find(|t| !on_path(t)) {
+        return skip_without("documented_examples_do_what_the_pages_show", &format!("{missing} is not installed (run `make setup`)"));
+    }
+    let only = std::env::var("OMP_DOCTEST_PAGE").ok();
+    let base = scratch("docs");
+    let (mut sessions, mut commands, mut failures) = (0, 0, Vec::new());
+    let started = Instant::now();
+    for page in pages(&root) {
+        let name = page.strip_prefix(&root).expect("page under the root").display().to_string();
+        if only.as_ref().is_some_and(|o| *o != name) {
+            continue;
+        }
+        let text = std::fs::read_to_string(&page).expect("read the page");
+        let examples = extract(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
+        for ex in &examples {
+            let dir = base.join(format!("{}-{}", name.replace('/', "_"), ex.line));
+            std::fs::create_dir_all(&dir).expect("session directory");
+            let t = Instant::now();
+            failures.extend(run(&name, ex, &root, &dir));
+            eprintln!("{name}:{}: {} command(s), {:.1} s", ex.line, ex.commands.len(), t.elapsed().as_secs_f64());
+            sessions += 1;
+            commands += ex.commands.len();
+        }
+    }
+    eprintln!("{commands} documented commands in {sessions} sessions, {:.0} s", started.elapsed().as_secs_f64());
+    assert!(only.is_some() || commands > 0, "no doctest markup found in README.md or docs/");
+    assert!(failures.is_empty(), "{} documented command(s) do not do what the page shows:\n\n{}", failures.len(), failures.join("\n\n"));
+}
