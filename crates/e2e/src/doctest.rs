@@ -8,8 +8,9 @@
 //!   its expected output, stdout and stderr together, in order.
 //! * `<!-- doctest file=NAME -->`: the block's text is written to `NAME` before the session
 //!   that follows it runs.
-//! * `<!-- doctest-setup` … `-->`: the comment's lines are shell commands run (output not
-//!   compared; a failure is) before the session that follows it.
+//! * `<!-- doctest-setup` … `-->` (or `<!-- doctest-setup: COMMAND -->`): the comment's lines
+//!   are shell commands run (output not compared; a failure is) before the session that
+//!   follows it, in the same shell.
 //!
 //! Files and setup belong to the next session on the page. In expected output, `…` matches
 //! any text within a line, and a line that is only `…` matches any number of lines (an
@@ -144,7 +145,8 @@ fn err(line: usize, message: &str) -> MarkupError {
 /// that line) and the index of its last line.
 fn comment_body(lines: &[&str], start: usize, rest: &str) -> Result<(Vec<String>, usize), MarkupError> {
     if let Some(inline) = rest.trim().strip_suffix("-->") {
-        return Ok((vec![inline.trim().to_string()], start));
+        let inline = inline.trim();
+        return Ok((vec![inline.strip_prefix(':').unwrap_or(inline).trim().to_string()], start));
     }
     let mut body = vec![rest.trim().to_string()];
     for (j, l) in lines.iter().enumerate().skip(start + 1) {
@@ -339,7 +341,7 @@ $ not a test
     fn files_and_setup_go_to_the_next_session_only() {
         let page = "<!-- doctest-setup: true -->\n<!-- doctest -->\n```\n$ a\n```\n<!-- doctest -->\n```\n$ b\n```\n";
         let examples = extract(page).unwrap();
-        assert_eq!(examples[0].setup, strings(&[": true"]));
+        assert_eq!(examples[0].setup, strings(&["true"]));
         assert!(examples[1].setup.is_empty());
     }
 

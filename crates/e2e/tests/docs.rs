@@ -58,6 +58,13 @@ fn script(ex: &Example) -> String {
     s
 }
 
+/// bash's own line about a command that died of a signal (`bash: line 3: 4242 Aborted …`): a
+/// terminal shows it too, but it names the script's line and the pid, not the program's output.
+fn shell_notice(line: &str) -> bool {
+    line.starts_with("bash: ")
+        && [" Aborted", " Killed", " Segmentation fault", " Terminated"].iter().any(|s| line.contains(s))
+}
+
 /// Runs one session; returns the failures, described.
 fn run(page: &str, ex: &Example, root: &Path, dir: &Path) -> Vec<String> {
     for link in ["dist", ".deps", "tests", "examples"] {
@@ -90,7 +97,7 @@ fn run(page: &str, ex: &Example, root: &Path, dir: &Path) -> Vec<String> {
     let outputs: Vec<&str> = outputs.collect();
     let mut failures = Vec::new();
     for (i, c) in ex.commands.iter().enumerate() {
-        let actual: Vec<String> = outputs.get(i).map_or(Vec::new(), |o| o.lines().map(str::to_string).collect());
+        let actual: Vec<String> = outputs.get(i).map_or(Vec::new(), |o| o.lines().filter(|l| !shell_notice(l)).map(str::to_string).collect());
         if outputs.len() <= i || !output_matches(&c.expected, &actual) {
             failures.push(format!(
                 "{page}:{}: `{}`\n--- expected (the page)\n{}\n--- actual\n{}\n---",
