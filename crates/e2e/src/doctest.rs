@@ -200,7 +200,8 @@ fn session(body: &[&str], first: usize) -> Result<Vec<Command>, MarkupError> {
 /// hex numbers (`0x7ffc…`: addresses, handles) become `0x…`; `pid 4242` becomes `pid …`; the
 /// device and file ids in a kernel's name (`__omp_offloading_fe00_57e013_`) become
 /// `__omp_offloading_…_`; `KernelId(3)` becomes `KernelId(…)`; an image's `size=15640` (the
-/// driver's listing) becomes `size=…`. Trailing blanks go.
+/// driver's listing) becomes `size=…`; a loopback port (`127.0.0.1:50051`, a test server's
+/// free port) becomes `127.0.0.1:…`. Trailing blanks go.
 pub fn mask(line: &str) -> String {
     let mut out = String::with_capacity(line.len());
     let mut rest = line.trim_end();
@@ -213,6 +214,9 @@ pub fn mask(line: &str) -> String {
             rest = after.trim_start_matches(|c: char| c.is_ascii_digit());
         } else if let Some(after) = rest.strip_prefix("size=").filter(|a| a.starts_with(|c: char| c.is_ascii_digit())) {
             out.push_str("size=…");
+            rest = after.trim_start_matches(|c: char| c.is_ascii_digit());
+        } else if let Some(after) = rest.strip_prefix("127.0.0.1:").filter(|a| a.starts_with(|c: char| c.is_ascii_digit())) {
+            out.push_str("127.0.0.1:…");
             rest = after.trim_start_matches(|c: char| c.is_ascii_digit());
         } else if let Some(after) = rest.strip_prefix("KernelId(").and_then(|a| a.split_once(')')) {
             out.push_str("KernelId(…)");
@@ -370,6 +374,7 @@ $ not a test
         assert_eq!(mask("kernel __omp_offloading_fe00_57e013__Z3sumPdm_l5 at"), "kernel __omp_offloading_…__Z3sumPdm_l5 at");
         assert_eq!(mask("launch(KernelId(94211), 1 arguments)  "), "launch(KernelId(…), 1 arguments)");
         assert_eq!(mask("image=elf size=16416 producer"), "image=elf size=… producer");
+        assert_eq!(mask("at 127.0.0.1:34571 (protocol 2)"), "at 127.0.0.1:… (protocol 2)");
         // Not an address, not a pid, not a kernel id: left alone.
         assert_eq!(mask("0xg pid x __omp_offloading_x 10 bytes"), "0xg pid x __omp_offloading_x 10 bytes");
     }
