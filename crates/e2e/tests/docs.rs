@@ -3,7 +3,7 @@
 //! links `dist`, `.deps`, `tests` and `examples` of this checkout, with `dist/bin` first on
 //! PATH, and each command's output must be what the page shows. A failure names the page, the
 //! command's line, the expected and the actual output. `OMP_DOCTEST_PAGE=docs/check.md` runs
-//! one page.
+//! one page; `OMP_DOCTEST_JOBS=N` runs N sessions at once (default 2).
 
 // Always compiled; run as tests once `make dist` has run, and always under CI (see build.rs).
 #![cfg_attr(not(omp_e2e), allow(dead_code))]
@@ -13,6 +13,8 @@ use omp_e2e::{dist_lib, repo_root, scratch, skip_without};
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Mutex;
 use std::time::Instant;
 
 /// What the documented commands call besides `dist/`.
@@ -111,6 +113,19 @@ fn run(page: &str, ex: &Example, root: &Path, dir: &Path) -> Vec<String> {
     failures
 }
 
+/// One session to run: its page and where its directory goes.
+struct Session {
+    page: String,
+    example: Example,
+    dir: PathBuf,
+}
+
+/// How many sessions run at once: `OMP_DOCTEST_JOBS`, else 2 (each is mostly one compiler or
+/// program at a time).
+fn jobs() -> usize {
+    std::env::var("OMP_DOCTEST_JOBS").ok().and_then(|j| j.parse().ok()).filter(|&j| j > 0).unwrap_or(2)
+}
+
 #[cfg_attr(omp_e2e, test)]
 fn documented_examples_do_what_the_pages_show() {
     let root = repo_root();
@@ -118,28 +133,39 @@ fn documented_examples_do_what_the_pages_show() {
     if let Some(missing) = TOOLS.iter().find(|t| !on_path(t)) {
         return skip_without("documented_examples_do_what_the_pages_show", &format!("{missing} is not installed (run `make setup`)"));
     }
-    let only = std::env::var("OMP_DOCTEST_PAGE").ok();
+    let only = std::env::var("OMP_DOCTEST_PAGE").ok().filter(|p| !p.is_empty());
     let base = scratch("docs");
-    let (mut sessions, mut commands, mut failures) = (0, 0, Vec::new());
-    let started = Instant::now();
+    let mut sessions = Vec::new();
     for page in pages(&root) {
         let name = page.strip_prefix(&root).expect("page under the root").display().to_string();
         if only.as_ref().is_some_and(|o| *o != name) {
             continue;
         }
         let text = std::fs::read_to_string(&page).expect("read the page");
-        let examples = extract(&text).unwrap_or_else(|e| panic!("{name}: {e}"));
-        for ex in &examples {
-            let dir = base.join(format!("{}-{}", name.replace('/', "_"), ex.line));
+        for example in extract(&text).unwrap_or_else(|e| panic!("{name}: {e}")) {
+            let dir = base.join(format!("{}-{}", name.replace('/', "_"), example.line));
             std::fs::create_dir_all(&dir).expect("session directory");
-            let t = Instant::now();
-            failures.extend(run(&name, ex, &root, &dir));
-            eprintln!("{name}:{}: {} command(s), {:.1} s", ex.line, ex.commands.len(), t.elapsed().as_secs_f64());
-            sessions += 1;
-            commands += ex.commands.len();
+            sessions.push(Session { page: name.clone(), example, dir });
         }
     }
-    eprintln!("{commands} documented commands in {sessions} sessions, {:.0} s", started.elapsed().as_secs_f64());
+    let commands: usize = sessions.iter().map(|s| s.example.commands.len()).sum();
     assert!(only.is_some() || commands > 0, "no doctest markup found in README.md or docs/");
+    let started = Instant::now();
+    let next = AtomicUsize::new(0);
+    let results: Vec<Mutex<Vec<String>>> = sessions.iter().map(|_| Mutex::new(Vec::new())).collect();
+    std::thread::scope(|scope| {
+        for _ in 0..jobs() {
+            scope.spawn(|| loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                let Some(s) = sessions.get(i) else { break };
+                let t = Instant::now();
+                *results[i].lock().expect("results") = run(&s.page, &s.example, &root, &s.dir);
+                let n = s.example.commands.len();
+                eprintln!("{}:{}: {n} command(s), {:.1} s", s.page, s.example.line, t.elapsed().as_secs_f64());
+            });
+        }
+    });
+    let failures: Vec<String> = results.into_iter().flat_map(|r| r.into_inner().expect("results")).collect();
+    eprintln!("{commands} documented commands in {} sessions, {:.0} s", sessions.len(), started.elapsed().as_secs_f64());
     assert!(failures.is_empty(), "{} documented command(s) do not do what the page shows:\n\n{}", failures.len(), failures.join("\n\n"));
 }
