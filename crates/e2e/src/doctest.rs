@@ -215,7 +215,9 @@ pub fn mask(line: &str) -> String {
         } else if let Some(after) = rest.strip_prefix("size=").filter(|a| a.starts_with(|c: char| c.is_ascii_digit())) {
             out.push_str("size=…");
             rest = after.trim_start_matches(|c: char| c.is_ascii_digit());
-        } else if let Some(after) = rest.strip_prefix("127.0.0.1:").filter(|a| a.starts_with(|c: char| c.is_ascii_digit())) {
+        } else if let Some(after) =
+            rest.strip_prefix("127.0.0.1:").filter(|a| a.starts_with(|c: char| c.is_ascii_digit()))
+        {
             out.push_str("127.0.0.1:…");
             rest = after.trim_start_matches(|c: char| c.is_ascii_digit());
         } else if let Some(after) = rest.strip_prefix("KernelId(").and_then(|a| a.split_once(')')) {
@@ -371,7 +373,10 @@ $ not a test
     fn masks_addresses_pids_kernel_ids() {
         assert_eq!(mask("at 0x7ffc78651750 and 0x0, 0x…"), "at 0x… and 0x…, 0x…");
         assert_eq!(mask("worker (pid 4242) ended"), "worker (pid …) ended");
-        assert_eq!(mask("kernel __omp_offloading_fe00_57e013__Z3sumPdm_l5 at"), "kernel __omp_offloading_…__Z3sumPdm_l5 at");
+        assert_eq!(
+            mask("kernel __omp_offloading_fe00_57e013__Z3sumPdm_l5 at"),
+            "kernel __omp_offloading_…__Z3sumPdm_l5 at"
+        );
         assert_eq!(mask("launch(KernelId(94211), 1 arguments)  "), "launch(KernelId(…), 1 arguments)");
         assert_eq!(mask("image=elf size=16416 producer"), "image=elf size=… producer");
         assert_eq!(mask("at 127.0.0.1:34571 (protocol 2)"), "at 127.0.0.1:… (protocol 2)");
@@ -405,7 +410,8 @@ $ not a test
         let page = strings(&[
             "omptarget error: Kernel __omp_offloading_10303_2a1c3b1_sum_l5 failed: worker (pid 4242) at 0x7ffc78651750",
         ]);
-        let run = strings(&["omptarget error: Kernel __omp_offloading_fe00_abc_sum_l5 failed: worker (pid 77) at 0x1000"]);
+        let run =
+            strings(&["omptarget error: Kernel __omp_offloading_fe00_abc_sum_l5 failed: worker (pid 77) at 0x1000"]);
         assert!(output_matches(&page, &run));
     }
 

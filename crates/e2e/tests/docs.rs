@@ -39,7 +39,12 @@ fn pages(root: &Path) -> Vec<PathBuf> {
 }
 
 fn on_path(tool: &str) -> bool {
-    Command::new("sh").arg("-c").arg(format!("command -v {tool}")).stdout(Stdio::null()).status().is_ok_and(|s| s.success())
+    Command::new("sh")
+        .arg("-c")
+        .arg(format!("command -v {tool}"))
+        .stdout(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success())
 }
 
 /// `s` as one single-quoted shell word.
@@ -99,7 +104,8 @@ fn run(page: &str, ex: &Example, root: &Path, dir: &Path) -> Vec<String> {
     let outputs: Vec<&str> = outputs.collect();
     let mut failures = Vec::new();
     for (i, c) in ex.commands.iter().enumerate() {
-        let actual: Vec<String> = outputs.get(i).map_or(Vec::new(), |o| o.lines().filter(|l| !shell_notice(l)).map(str::to_string).collect());
+        let actual: Vec<String> =
+            outputs.get(i).map_or(Vec::new(), |o| o.lines().filter(|l| !shell_notice(l)).map(str::to_string).collect());
         if outputs.len() <= i || !output_matches(&c.expected, &actual) {
             failures.push(format!(
                 "{page}:{}: `{}`\n--- expected (the page)\n{}\n--- actual\n{}\n---",
@@ -131,7 +137,10 @@ fn documented_examples_do_what_the_pages_show() {
     let root = repo_root();
     dist_lib();
     if let Some(missing) = TOOLS.iter().find(|t| !on_path(t)) {
-        return skip_without("documented_examples_do_what_the_pages_show", &format!("{missing} is not installed (run `make setup`)"));
+        return skip_without(
+            "documented_examples_do_what_the_pages_show",
+            &format!("{missing} is not installed (run `make setup`)"),
+        );
     }
     let only = std::env::var("OMP_DOCTEST_PAGE").ok().filter(|p| !p.is_empty());
     let base = scratch("docs");
@@ -166,6 +175,15 @@ fn documented_examples_do_what_the_pages_show() {
         }
     });
     let failures: Vec<String> = results.into_iter().flat_map(|r| r.into_inner().expect("results")).collect();
-    eprintln!("{commands} documented commands in {} sessions, {:.0} s", sessions.len(), started.elapsed().as_secs_f64());
-    assert!(failures.is_empty(), "{} documented command(s) do not do what the page shows:\n\n{}", failures.len(), failures.join("\n\n"));
+    eprintln!(
+        "{commands} documented commands in {} sessions, {:.0} s",
+        sessions.len(),
+        started.elapsed().as_secs_f64()
+    );
+    assert!(
+        failures.is_empty(),
+        "{} documented command(s) do not do what the page shows:\n\n{}",
+        failures.len(),
+        failures.join("\n\n")
+    );
 }
