@@ -23,6 +23,9 @@ const TOOLS: [&str; 6] = ["clang-19", "clang-22", "clang++-22", "flang-new-19", 
 /// Separates the commands' outputs in a session's combined output.
 const MARK: &str = "@@omprs-doctest-command@@";
 
+/// Ends a command's output, followed by its exit status.
+const STATUS: &str = "@@omprs-doctest-status ";
+
 /// Seconds one session may take before it is stopped (and fails).
 const SESSION_LIMIT_S: u32 = 120;
 
@@ -52,15 +55,16 @@ fn quoted(s: &str) -> String {
     format!("'{}'", s.replace('\'', r"'\''"))
 }
 
-/// The script of one session: setup (stops the session on failure), then each command after
-/// a marker line, all output on one stream in the order written.
+/// The script of one session: setup (stops the session on failure), then each command between
+/// a marker line and its exit status, all output on one stream in the order written.
 fn script(ex: &Example) -> String {
     let mut s = String::from("exec 2>&1 </dev/null\ntrap 'kill $(jobs -p) 2>/dev/null; wait' EXIT\n");
     for line in &ex.setup {
         let _ = writeln!(s, "{{ {line}\n}} >.doctest-setup.log 2>&1 || {{ echo \"setup failed: \"{}; cat .doctest-setup.log; exit 97; }}", quoted(line));
     }
     for cmd in &ex.commands {
-        let _ = writeln!(s, "echo {MARK}\n{}", cmd.text);
+        let _ =
+            writeln!(s, "echo {MARK}\n{}\n__doctest_status=$?; echo; echo \"{STATUS}$__doctest_status@@\"", cmd.text);
     }
     s
 }
@@ -70,6 +74,19 @@ fn script(ex: &Example) -> String {
 fn shell_notice(line: &str) -> bool {
     line.starts_with("bash: ")
         && [" Aborted", " Killed", " Segmentation fault", " Terminated"].iter().any(|s| line.contains(s))
+}
+
+/// A command's output without the status line the script adds, and that status (`None`: the
+/// command did not get that far).
+fn split_status(output: &str) -> (&str, Option<i32>) {
+    match output.rsplit_once(STATUS) {
+        Some((text, status)) => {
+            // The script's `echo` ends output that lacks a final newline; drop what it added.
+            let text = text.strip_suffix('\n').unwrap_or(text);
+            (text, status.trim().trim_end_matches("@@").parse().ok())
+        }
+        None => (output, None),
+    }
 }
 
 /// Runs one session; returns the failures, described.
@@ -104,15 +121,21 @@ fn run(page: &str, ex: &Example, root: &Path, dir: &Path) -> Vec<String> {
     let outputs: Vec<&str> = outputs.collect();
     let mut failures = Vec::new();
     for (i, c) in ex.commands.iter().enumerate() {
-        let actual: Vec<String> =
-            outputs.get(i).map_or(Vec::new(), |o| o.lines().filter(|l| !shell_notice(l)).map(str::to_string).collect());
-        if outputs.len() <= i || !output_matches(&c.expected, &actual) {
+        let (output, status) = outputs.get(i).map_or(("", None), |o| split_status(o));
+        let actual: Vec<String> = output.lines().filter(|l| !shell_notice(l)).map(str::to_string).collect();
+        // A command the page shows no output for must also succeed: a silent failure is one.
+        let failed_silently = c.expected.is_empty() && status != Some(0);
+        if outputs.len() <= i || failed_silently || !output_matches(&c.expected, &actual) {
             failures.push(format!(
                 "{page}:{}: `{}`\n--- expected (the page)\n{}\n--- actual\n{}\n---",
                 c.line,
                 c.text,
                 c.expected.join("\n"),
-                if outputs.len() <= i { "(the command did not run)".to_string() } else { actual.join("\n") }
+                match status {
+                    None => "(the command did not finish)".to_string(),
+                    Some(0) => actual.join("\n"),
+                    Some(n) => format!("{}\n(exit status {n})", actual.join("\n")),
+                }
             ));
         }
     }
