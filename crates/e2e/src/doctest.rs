@@ -159,13 +159,22 @@ fn comment_body(lines: &[&str], start: usize, rest: &str) -> Result<(Vec<String>
     Err(err(start + 1, "doctest-setup comment never ends (`-->`)"))
 }
 
-/// The lines inside the fenced block that opens at `start`, and the index of its closing fence.
+/// The lines inside the fenced block that opens at `start` (without the fence's indentation,
+/// as in a list item), and the index of its closing fence.
 fn fenced_body<'a>(lines: &[&'a str], start: usize) -> Result<(Vec<&'a str>, usize), MarkupError> {
     let fence_len = lines[start].trim().chars().take_while(|&c| c == '`').count();
+    let indent = lines[start].len() - lines[start].trim_start_matches(' ').len();
     for (j, l) in lines.iter().enumerate().skip(start + 1) {
         let t = l.trim();
         if t.chars().take_while(|&c| c == '`').count() >= fence_len && t.chars().all(|c| c == '`') {
-            return Ok((lines[start + 1..j].to_vec(), j));
+            let body = lines[start + 1..j]
+                .iter()
+                .map(|b| {
+                    let blanks = b.len() - b.trim_start_matches(' ').len();
+                    &b[blanks.min(indent)..]
+                })
+                .collect();
+            return Ok((body, j));
         }
     }
     Err(err(start + 1, "fenced block never closed"))
@@ -349,6 +358,14 @@ $ not a test
         let examples = extract(page).unwrap();
         assert_eq!(examples[0].setup, strings(&["true"]));
         assert!(examples[1].setup.is_empty());
+    }
+
+    #[test]
+    fn a_block_in_a_list_item_loses_its_indentation_only() {
+        let page = "- item:\n\n  <!-- doctest -->\n  ```console\n  $ prog\n    indented output\n  ```\n";
+        let ex = &extract(page).unwrap()[0];
+        assert_eq!(ex.commands[0].text, "prog");
+        assert_eq!(ex.commands[0].expected, strings(&["  indented output"]));
     }
 
     #[test]

@@ -18,7 +18,8 @@ use std::sync::Mutex;
 use std::time::Instant;
 
 /// What the documented commands call besides `dist/`.
-const TOOLS: [&str; 7] = ["clang-19", "clang-22", "clang++-22", "flang-new-19", "flang-new-22", "llvm-objcopy-22", "mpirun"];
+const TOOLS: [&str; 7] =
+    ["clang-19", "clang-22", "clang++-22", "flang-new-19", "flang-new-22", "llvm-objcopy-22", "mpirun"];
 
 /// Separates the commands' outputs in a session's combined output.
 const MARK: &str = "@@omprs-doctest-command@@";
