@@ -14,7 +14,9 @@
 //!
 //! Files and setup belong to the next session on the page. In expected output, `…` matches
 //! any text within a line, and a line that is only `…` matches any number of lines (an
-//! elision). Both sides are masked first (see [`mask`]): addresses, pids, kernel ids.
+//! elision). Both sides are masked first (see [`mask`]): addresses, pids, kernel ids, the
+//! driver's image sizes, loopback ports. A command the page shows no output for must succeed
+//! (the runner, `tests/docs.rs`, checks its exit status).
 
 use std::fmt;
 
