@@ -7,7 +7,7 @@ REL   := target/release
 # $(1) as one single-quoted shell word, whatever it holds (spaces, quotes): for the user's paths.
 sq = '$(subst ','\'',$(1))'
 
-.PHONY: all setup dist devicertl-bc install uninstall demo test unit e2e conformance bench fmt lint clean
+.PHONY: all setup dist devicertl-bc install uninstall demo test unit e2e doctest conformance bench fmt lint clean
 
 all: dist
 
@@ -90,6 +90,12 @@ unit:
 # dist/ (crates/e2e).
 e2e: setup dist
 	$(CARGO) test --release -p omp-e2e
+
+# The examples of README.md and docs/*.md, run as written and compared with the pages (one test
+# of crates/e2e, so `make e2e` and `make test` run it too; markup: crates/e2e/src/doctest.rs).
+# `make doctest PAGE=docs/check.md` runs one page.
+doctest: setup dist
+	OMP_DOCTEST_PAGE=$(call sq,$(PAGE)) $(CARGO) test --release -p omp-e2e --test docs
 
 # Everything: unit tests, end-to-end programs, and LLVM's own offload test suite against our
 # runtime. Set-up and dist/ come first, as before.

@@ -6,6 +6,7 @@
 //! build says so in one line; under CI they are always tests, and fail on what is missing.
 
 mod ci;
+pub mod doctest;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
