@@ -16,6 +16,7 @@ pub type CuContext = *mut c_void;
 pub type CuModule = *mut c_void;
 pub type CuFunction = *mut c_void;
 pub type CuStream = *mut c_void;
+pub type CuEvent = *mut c_void;
 
 pub const CUDA_SUCCESS: CuResult = 0;
 pub const CUDA_ERROR_OUT_OF_MEMORY: CuResult = 2;
@@ -38,6 +39,8 @@ pub mod attr {
 
 /// `CU_STREAM_NON_BLOCKING`: no implicit synchronisation with the legacy default stream.
 pub const CU_STREAM_NON_BLOCKING: c_uint = 1;
+/// `CU_EVENT_DISABLE_TIMING`: an event only for ordering (cheaper to record).
+pub const CU_EVENT_DISABLE_TIMING: c_uint = 2;
 /// `CU_MEM_ATTACH_GLOBAL`: managed memory any stream may use.
 pub const CU_MEM_ATTACH_GLOBAL: c_uint = 1;
 /// `CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`.
@@ -137,6 +140,13 @@ entry_points! {
     stream_create = "cuStreamCreate": fn(*mut CuStream, c_uint);
     stream_destroy = "cuStreamDestroy_v2": fn(CuStream);
     stream_synchronize = "cuStreamSynchronize": fn(CuStream);
+    stream_wait_event = "cuStreamWaitEvent": fn(CuStream, CuEvent, c_uint);
+    event_create = "cuEventCreate": fn(*mut CuEvent, c_uint);
+    event_record = "cuEventRecord": fn(CuEvent, CuStream);
+    event_synchronize = "cuEventSynchronize": fn(CuEvent);
+    event_destroy = "cuEventDestroy_v2": fn(CuEvent);
+    memset_d8_async = "cuMemsetD8Async": fn(CuDevicePtr, u8, usize, CuStream);
+    memcpy_peer_async = "cuMemcpyPeerAsync": fn(CuDevicePtr, CuContext, CuDevicePtr, CuContext, usize, CuStream);
 }
 
 /// The library's versioned name: the development package's `libcuda.so` is not needed.

@@ -15,6 +15,7 @@ pub mod device;
 pub mod driver;
 pub mod image;
 pub mod launch_rules;
+pub mod streams;
 
 use driver::Driver;
 use omp_plugin::{Device, Plugin, Result};

@@ -6,14 +6,19 @@
 use crate::driver::*;
 use crate::image;
 use crate::launch_rules::{self, GridLimits, Kernel};
+use crate::streams::{Streams, Touches};
 use crate::Settings;
 use omp_plugin::{
-    AllocKind, Device, GlobalSymbol, ImageId, KernelId, LaunchConfig, LaunchShape, PluginError, QueueId, Result,
+    AllocKind, Device, GlobalSymbol, ImageId, KernelId, LaunchConfig, LaunchShape, Peer, PluginError, QueueId, Result,
 };
 use omp_sync::Mutex;
 use std::collections::HashMap;
 use std::ffi::{c_void, CStr};
 use std::sync::OnceLock;
+
+/// The backend name in a CUDA device's [`Peer`]: another CUDA device of this process
+/// copies to it with `cuMemcpyPeer`.
+const PEER_BACKEND: &str = "cuda";
 
 /// Dynamic shared memory a kernel may use without opting in (48 KiB on every NVIDIA GPU).
 const DEFAULT_DYN_SHARED_LIMIT: u32 = 48 * 1024;
@@ -56,9 +61,9 @@ pub struct CudaDevice {
     context: usize,
     /// The stream of the synchronous operations (`QueueId::SYNC`).
     stream: usize,
-    /// Streams made by `create_queue`: `QueueId(i + 1)` is `queues[i]`, with the launch
-    /// environments to free after its next synchronisation.
-    queues: Mutex<Vec<(usize, PendingFrees)>>,
+    /// Streams made by `create_queue`, the launch environments to free after their next
+    /// synchronisation, and the writes in flight on them (`crate::streams`).
+    streams: Mutex<Streams>,
     modules: Mutex<Vec<Option<Module>>>,
     /// `KernelId(i + 1)` is `kernels[i]`.
     kernels: Mutex<Vec<KernelEntry>>,
@@ -117,7 +122,7 @@ impl CudaDevice {
             device,
             context: context as usize,
             stream: stream as usize,
-            queues: Mutex::new(Vec::new()),
+            streams: Mutex::new(Streams::default()),
             modules: Mutex::new(Vec::new()),
             kernels: Mutex::new(Vec::new()),
             allocations: Mutex::new(HashMap::new()),
@@ -149,10 +154,43 @@ impl CudaDevice {
         if queue == QueueId::SYNC {
             return Ok(self.stream as CuStream);
         }
-        let queues = self.queues.lock();
-        queues.get(queue.0.wrapping_sub(1)).map(|q| q.0 as CuStream).ok_or_else(|| {
+        let stream = self.streams.lock().stream(queue);
+        stream.map(|s| s as CuStream).ok_or_else(|| {
             PluginError::failed(format!("queue {} is not a queue of CUDA device {}", queue.0, self.ordinal))
         })
+    }
+
+    /// Makes `stream` (of `queue`) wait, on the device, for the writes in flight on other
+    /// queues that overlap what the next operation touches.
+    fn order_after_writes(&self, queue: QueueId, stream: CuStream, touches: Touches) -> Result<()> {
+        let events = self.streams.lock().waits(queue, touches);
+        for event in events {
+            // SAFETY: `stream` and `event` belong to this device's context, which is current;
+            // the event stays alive until its queue is synchronised.
+            let r = unsafe { (self.driver.stream_wait_event)(stream, event as CuEvent, 0) };
+            self.check(r, "cuStreamWaitEvent")?;
+        }
+        Ok(())
+    }
+
+    /// After a write to device memory enqueued on `queue`: an event recorded behind it, for
+    /// operations on other streams to wait for. Nothing for the synchronous stream, which is
+    /// done before the call returns.
+    fn note_write(&self, queue: QueueId, stream: CuStream, touches: Touches) -> Result<()> {
+        if queue == QueueId::SYNC {
+            return Ok(());
+        }
+        let mut event: CuEvent = std::ptr::null_mut();
+        // SAFETY: writes one event of the current context.
+        self.check(unsafe { (self.driver.event_create)(&mut event, CU_EVENT_DISABLE_TIMING) }, "cuEventCreate")?;
+        // SAFETY: the event was just created and `stream` is a stream of this context.
+        if let Err(e) = self.check(unsafe { (self.driver.event_record)(event, stream) }, "cuEventRecord") {
+            // SAFETY: the event was created above and is known to nothing else.
+            unsafe { (self.driver.event_destroy)(event) };
+            return Err(e);
+        }
+        self.streams.lock().wrote(queue, touches, event as usize);
+        Ok(())
     }
 
     /// Waits for `stream`, then frees what launches on it left to free.
@@ -192,7 +230,8 @@ impl CudaDevice {
         Ok(kle as usize)
     }
 
-    /// Launches on `stream`; the caller synchronises it.
+    /// Launches on `queue`'s stream, after the writes in flight on other queues; the caller
+    /// synchronises it.
     ///
     /// # Safety
     /// As [`Device::launch`].
@@ -201,11 +240,14 @@ impl CudaDevice {
         kernel: KernelId,
         args: &[usize],
         config: &LaunchConfig,
-        stream: CuStream,
+        queue: QueueId,
         frees: &mut PendingFrees,
     ) -> Result<()> {
         self.enter()?;
+        let stream = self.stream_of(queue)?;
         let (func, k) = self.kernel_entry(kernel)?;
+        // The arguments may point anywhere in device memory.
+        self.order_after_writes(queue, stream, Touches::Everything)?;
         let shape = launch_rules::shape(&k, &self.props.limits, config);
         let mut values = Vec::with_capacity(args.len() + 1);
         if config.with_dyn_ptr {
@@ -232,7 +274,8 @@ impl CudaDevice {
         let r = unsafe {
             (self.driver.launch_kernel)(func, bx, by, bz, tx, ty, tz, shared, stream, params, std::ptr::null_mut())
         };
-        self.check(r, "cuLaunchKernel")
+        self.check(r, "cuLaunchKernel")?;
+        self.note_write(queue, stream, Touches::Everything)
     }
 
     fn kernel_entry(&self, kernel: KernelId) -> Result<(CuFunction, Kernel)> {
@@ -249,14 +292,30 @@ impl CudaDevice {
         })
     }
 
-    fn copy(&self, call: &str, queue: QueueId, f: impl FnOnce(CuStream) -> CuResult) -> Result<()> {
+    /// Enqueues a copy or fill on `queue`'s stream after the writes in flight on other
+    /// queues to what it `reads` or `writes`; then waits for it (the synchronous stream) or
+    /// records its write for the other streams.
+    fn copy(
+        &self,
+        call: &str,
+        queue: QueueId,
+        reads: Option<Touches>,
+        writes: Option<Touches>,
+        f: impl FnOnce(CuStream) -> CuResult,
+    ) -> Result<()> {
         self.enter()?;
         let stream = self.stream_of(queue)?;
+        for touches in [reads, writes].into_iter().flatten() {
+            self.order_after_writes(queue, stream, touches)?;
+        }
         self.check(f(stream), call)?;
         if queue == QueueId::SYNC {
-            self.sync_stream(stream, Vec::new())?;
+            return self.sync_stream(stream, Vec::new());
         }
-        Ok(())
+        match writes {
+            Some(touches) => self.note_write(queue, stream, touches),
+            None => Ok(()),
+        }
     }
 }
 
@@ -437,17 +496,51 @@ impl Device for CudaDevice {
     }
 
     unsafe fn copy_within(&self, dst: usize, src: usize, size: usize) -> Result<()> {
-        self.copy("cuMemcpyDtoDAsync", QueueId::SYNC, |stream| {
+        let (reads, writes) = (Touches::range(src, size), Touches::range(dst, size));
+        self.copy("cuMemcpyDtoDAsync", QueueId::SYNC, Some(reads), Some(writes), |stream| {
             // SAFETY: both ranges lie in allocations or globals of this device (the
             // caller's promise).
             unsafe { (self.driver.memcpy_dtod_async)(dst as CuDevicePtr, src as CuDevicePtr, size, stream) }
         })
     }
 
+    unsafe fn fill(&self, tgt: usize, byte: u8, size: usize) -> Result<()> {
+        self.copy("cuMemsetD8Async", QueueId::SYNC, None, Some(Touches::range(tgt, size)), |stream| {
+            // SAFETY: the device range lies in an allocation or global of this device (the
+            // caller's promise).
+            unsafe { (self.driver.memset_d8_async)(tgt as CuDevicePtr, byte, size, stream) }
+        })
+    }
+
+    fn peer(&self) -> Option<Peer> {
+        Some(Peer { backend: PEER_BACKEND, handle: self.context })
+    }
+
+    unsafe fn copy_to_peer(&self, peer: Peer, dst: usize, src: usize, size: usize) -> Option<Result<()>> {
+        if peer.backend != PEER_BACKEND {
+            return None;
+        }
+        Some(self.copy("cuMemcpyPeerAsync", QueueId::SYNC, Some(Touches::range(src, size)), None, |stream| {
+            // SAFETY: the source range lies in this device's memory and the destination in
+            // that of the open CUDA device whose primary context `peer.handle` is (the
+            // caller's promise); the stream is synchronised before this returns.
+            unsafe {
+                (self.driver.memcpy_peer_async)(
+                    dst as CuDevicePtr,
+                    peer.handle as CuContext,
+                    src as CuDevicePtr,
+                    self.context as CuContext,
+                    size,
+                    stream,
+                )
+            }
+        }))
+    }
+
     unsafe fn launch(&self, kernel: KernelId, args: &[usize], config: &LaunchConfig) -> Result<()> {
         let mut frees = Vec::new();
         // SAFETY: the caller's promise, passed on; the stream is synchronised below.
-        let launched = unsafe { self.launch_on(kernel, args, config, self.stream as CuStream, &mut frees) };
+        let launched = unsafe { self.launch_on(kernel, args, config, QueueId::SYNC, &mut frees) };
         let synced = self.sync_stream(self.stream as CuStream, frees);
         launched.and(synced)
     }
@@ -488,13 +581,11 @@ impl Device for CudaDevice {
         let mut stream: CuStream = std::ptr::null_mut();
         // SAFETY: writes one stream of the current context.
         self.check(unsafe { (self.driver.stream_create)(&mut stream, CU_STREAM_NON_BLOCKING) }, "cuStreamCreate")?;
-        let mut queues = self.queues.lock();
-        queues.push((stream as usize, Vec::new()));
-        Ok(QueueId(queues.len()))
+        Ok(self.streams.lock().add(stream as usize))
     }
 
     unsafe fn submit_async(&self, tgt: usize, host: usize, size: usize, queue: QueueId) -> Result<()> {
-        self.copy("cuMemcpyHtoDAsync", queue, |stream| {
+        self.copy("cuMemcpyHtoDAsync", queue, None, Some(Touches::range(tgt, size)), |stream| {
             // SAFETY: the caller vouches for the host range until the queue is synchronised
             // and for the device range.
             unsafe { (self.driver.memcpy_htod_async)(tgt as CuDevicePtr, host as *const c_void, size, stream) }
@@ -502,7 +593,7 @@ impl Device for CudaDevice {
     }
 
     unsafe fn retrieve_async(&self, host: usize, tgt: usize, size: usize, queue: QueueId) -> Result<()> {
-        self.copy("cuMemcpyDtoHAsync", queue, |stream| {
+        self.copy("cuMemcpyDtoHAsync", queue, Some(Touches::range(tgt, size)), None, |stream| {
             // SAFETY: as for `submit_async`, the host range writable.
             unsafe { (self.driver.memcpy_dtoh_async)(host as *mut c_void, tgt as CuDevicePtr, size, stream) }
         })
@@ -519,24 +610,24 @@ impl Device for CudaDevice {
             // SAFETY: the caller's promise.
             return unsafe { self.launch(kernel, args, config) };
         }
-        let stream = self.stream_of(queue)?;
         let mut frees = Vec::new();
         // SAFETY: the caller's promise, valid until the queue is synchronised.
-        let launched = unsafe { self.launch_on(kernel, args, config, stream, &mut frees) };
-        if let Some(q) = self.queues.lock().get_mut(queue.0 - 1) {
-            q.1.extend(frees);
-        }
+        let launched = unsafe { self.launch_on(kernel, args, config, queue, &mut frees) };
+        self.streams.lock().free_after(queue, frees);
         launched
     }
 
     fn synchronize(&self, queue: QueueId) -> Result<()> {
         self.enter()?;
         let stream = self.stream_of(queue)?;
-        let frees = match queue {
-            QueueId::SYNC => Vec::new(),
-            q => self.queues.lock().get_mut(q.0 - 1).map(|q| std::mem::take(&mut q.1)).unwrap_or_default(),
-        };
-        self.sync_stream(stream, frees)
+        let (events, frees) = self.streams.lock().done(queue);
+        let synced = self.sync_stream(stream, frees);
+        for event in events {
+            // SAFETY: the event was created on this context and recorded on `stream`, which
+            // is done; it was just taken out of the bookkeeping, so nothing waits on it again.
+            unsafe { (self.driver.event_destroy)(event as CuEvent) };
+        }
+        synced
     }
 }
 
@@ -566,10 +657,14 @@ impl Drop for CudaDevice {
         if self.lost.get().is_some() || self.enter().is_err() {
             return;
         }
-        // SAFETY: the streams were created on this context and are destroyed once, here;
-        // then the primary context retained at open is released.
+        // SAFETY: the events and streams were created on this context and are destroyed
+        // once, here; then the primary context retained at open is released.
         unsafe {
-            for (s, _) in self.queues.get_mut().drain(..) {
+            let (streams, events) = self.streams.get_mut().drain();
+            for e in events {
+                (self.driver.event_destroy)(e as CuEvent);
+            }
+            for s in streams {
                 (self.driver.stream_destroy)(s as CuStream);
             }
             (self.driver.stream_destroy)(self.stream as CuStream);
