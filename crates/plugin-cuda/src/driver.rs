@@ -21,6 +21,7 @@ pub type CuEvent = *mut c_void;
 pub const CUDA_SUCCESS: CuResult = 0;
 pub const CUDA_ERROR_OUT_OF_MEMORY: CuResult = 2;
 pub const CUDA_ERROR_NO_DEVICE: CuResult = 100;
+pub const CUDA_ERROR_NOT_FOUND: CuResult = 500;
 
 /// `CUdevice_attribute` values this plugin reads.
 pub mod attr {

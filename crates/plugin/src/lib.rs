@@ -220,6 +220,13 @@ pub trait Device: Send + Sync {
     fn unload_image(&self, _image: ImageId) -> Result<()> {
         Ok(())
     }
+    /// The image's `declare target indirect` functions, each as (host address, device
+    /// address), given once after the image is loaded and its entries bound. A device whose
+    /// kernels look them up in a table of their own (a GPU's device runtime) builds it from
+    /// them; the others need nothing (the default).
+    fn bind_indirect_functions(&self, _image: ImageId, _functions: &[(usize, usize)]) -> Result<()> {
+        Ok(())
+    }
     /// Resolves a kernel by symbol name in a loaded image.
     fn kernel(&self, image: ImageId, name: &CStr) -> Result<KernelId>;
     /// Resolves a global variable by symbol name in a loaded image.
@@ -381,6 +388,9 @@ macro_rules! forward_device {
         }
         fn unload_image(&self, image: ImageId) -> Result<()> {
             (**self).unload_image(image)
+        }
+        fn bind_indirect_functions(&self, image: ImageId, functions: &[(usize, usize)]) -> Result<()> {
+            (**self).bind_indirect_functions(image, functions)
         }
         fn kernel(&self, image: ImageId, name: &CStr) -> Result<KernelId> {
             (**self).kernel(image, name)

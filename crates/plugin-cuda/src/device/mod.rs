@@ -42,6 +42,8 @@ struct Module {
     handle: usize,
     /// The image as loaded: kernel environments are read from it.
     bytes: Vec<u8>,
+    /// The device runtime's indirect-call table (device memory), freed at unload.
+    indirect_table: Option<usize>,
 }
 
 struct KernelEntry {
@@ -51,6 +53,9 @@ struct KernelEntry {
 
 /// One launch's device memory for the launch environment, freed once its stream is done.
 type PendingFrees = Vec<usize>;
+
+mod properties;
+mod setup;
 
 pub struct CudaDevice {
     driver: &'static Driver,
@@ -89,7 +94,7 @@ impl CudaDevice {
         let mut stream: CuStream = std::ptr::null_mut();
         // SAFETY: writes one CUstream; the context is current.
         driver.check(unsafe { (driver.stream_create)(&mut stream, CU_STREAM_NON_BLOCKING) }, "cuStreamCreate")?;
-        let props = properties(driver, device)?;
+        let props = properties::read(driver, device)?;
         for (var, limit, value) in [
             ("stack", CU_LIMIT_STACK_SIZE, settings.stack_size),
             ("heap", CU_LIMIT_MALLOC_HEAP_SIZE, settings.heap_size),
@@ -319,47 +324,6 @@ impl CudaDevice {
     }
 }
 
-/// The device's name, compute capability, memory and limits.
-fn properties(driver: &Driver, device: CuDevice) -> Result<DeviceProps> {
-    let get = |attribute: i32| -> Result<i32> {
-        let mut v = 0;
-        // SAFETY: writes one int for a valid device and attribute.
-        driver.check(unsafe { (driver.device_get_attribute)(&mut v, attribute, device) }, "cuDeviceGetAttribute")?;
-        Ok(v)
-    };
-    let mut name = [0 as std::ffi::c_char; 256];
-    // SAFETY: the driver writes a NUL-terminated name of at most `len` bytes.
-    let r = unsafe { (driver.device_get_name)(name.as_mut_ptr(), name.len() as i32, device) };
-    driver.check(r, "cuDeviceGetName")?;
-    name[255] = 0;
-    // SAFETY: `name` is NUL-terminated (its last byte was just set).
-    let name = unsafe { CStr::from_ptr(name.as_ptr()) }.to_string_lossy().into_owned();
-    let mut total_memory = 0usize;
-    // SAFETY: writes one size_t.
-    driver.check(unsafe { (driver.device_total_mem)(&mut total_memory, device) }, "cuDeviceTotalMem")?;
-    let mut driver_version = 0;
-    // SAFETY: writes one int.
-    driver.check(unsafe { (driver.driver_get_version)(&mut driver_version) }, "cuDriverGetVersion")?;
-    let (major, minor) = (get(attr::COMPUTE_CAPABILITY_MAJOR)?, get(attr::COMPUTE_CAPABILITY_MINOR)?);
-    let positive = |v: i32| v.max(1) as u32;
-    Ok(DeviceProps {
-        name,
-        sm: (major * 10 + minor) as u32,
-        total_memory,
-        multiprocessors: get(attr::MULTIPROCESSOR_COUNT)?,
-        max_threads_per_block: get(attr::MAX_THREADS_PER_BLOCK)?,
-        max_threads_per_multiprocessor: get(attr::MAX_THREADS_PER_MULTIPROCESSOR)?,
-        shared_memory_per_block: get(attr::MAX_SHARED_MEMORY_PER_BLOCK)?,
-        clock_khz: get(attr::CLOCK_RATE)?,
-        driver_version,
-        limits: GridLimits::nvptx(
-            positive(get(attr::MAX_GRID_DIM_X)?),
-            positive(get(attr::MAX_BLOCK_DIM_X)?),
-            positive(get(attr::WARP_SIZE)?),
-        ),
-    })
-}
-
 impl Device for CudaDevice {
     fn load_image(&self, bytes: &[u8]) -> Result<ImageId> {
         self.enter()?;
@@ -392,20 +356,39 @@ impl Device for CudaDevice {
             ..e
         })?;
         let mut modules = self.modules.lock();
-        modules.push(Some(Module { handle: module as usize, bytes: owned }));
+        modules.push(Some(Module { handle: module as usize, bytes: owned, indirect_table: None }));
         let id = ImageId(modules.len() - 1);
         drop(modules);
         self.write_device_environment(id);
+        self.run_global_ctors_dtors(id, setup::Phase::Constructors).map_err(|e| PluginError {
+            reason: format!("cannot run the image's global constructors on CUDA device {}: {}", self.ordinal, e.reason),
+            ..e
+        })?;
         Ok(id)
     }
 
     fn unload_image(&self, image: ImageId) -> Result<()> {
-        let Some(m) = self.modules.lock().get_mut(image.0).and_then(Option::take) else {
+        if self.module(image).is_err() {
             return Ok(());
-        };
+        }
         self.enter()?;
+        let destructed = self.run_global_ctors_dtors(image, setup::Phase::Destructors);
+        let Some(m) = self.modules.lock().get_mut(image.0).and_then(Option::take) else {
+            return destructed;
+        };
+        if let Some(table) = m.indirect_table {
+            // SAFETY: the table was allocated by `bind_indirect_functions` for this module,
+            // whose kernels can run no more (their stream was synchronised).
+            unsafe { (self.driver.mem_free)(table as CuDevicePtr) };
+        }
         // SAFETY: the module was loaded here and was just taken out of `modules`: unloaded once.
-        self.check(unsafe { (self.driver.module_unload)(m.handle as CuModule) }, "cuModuleUnload")
+        let unloaded = self.check(unsafe { (self.driver.module_unload)(m.handle as CuModule) }, "cuModuleUnload");
+        destructed.and(unloaded)
+    }
+
+    fn bind_indirect_functions(&self, image: ImageId, functions: &[(usize, usize)]) -> Result<()> {
+        self.enter()?;
+        self.set_indirect_call_table(image, functions)
     }
 
     fn kernel(&self, image: ImageId, name: &CStr) -> Result<KernelId> {
@@ -628,27 +611,6 @@ impl Device for CudaDevice {
             unsafe { (self.driver.event_destroy)(event as CuEvent) };
         }
         synced
-    }
-}
-
-impl CudaDevice {
-    /// Writes the device runtime's `__omp_rtl_device_environment` (LLVM's
-    /// `DeviceEnvironmentTy`) where the image has one: device number, count, dynamic memory
-    /// size, clock. A missing one is not an error (LLVM only notes it in debug output).
-    fn write_device_environment(&self, image: ImageId) {
-        let Ok(g) = self.global(image, c"__omp_rtl_device_environment") else { return };
-        // { u32 DeviceDebugKind, NumDevices, DeviceNum, DynamicMemSize; u64 ClockFrequency;
-        //   uintptr IndirectCallTable; u64 IndirectCallTableSize; u64 HardwareParallelism }
-        let mut env = [0u8; 48];
-        env[4..8].copy_from_slice(&(self.settings.num_devices as u32).to_le_bytes());
-        env[8..12].copy_from_slice(&(self.ordinal as u32).to_le_bytes());
-        env[12..16].copy_from_slice(&self.settings.shared_memory_size.to_le_bytes());
-        env[16..24].copy_from_slice(&(self.props.clock_khz as u64 * 1000).to_le_bytes());
-        let parallelism = self.props.multiprocessors as u64 * self.props.max_threads_per_multiprocessor as u64;
-        env[40..48].copy_from_slice(&parallelism.to_le_bytes());
-        let size = if g.size == 0 { env.len() } else { g.size.min(env.len()) };
-        // SAFETY: `g` is the image's global of `g.size` bytes, and `env` is readable host memory.
-        let _ = unsafe { self.submit(g.addr, env.as_ptr() as usize, size) };
     }
 }
 
