@@ -85,6 +85,13 @@ pub fn child_with_fake_driver(name: &str, env: &[(&str, &str)]) -> Option<PathBu
     if let Some(log) = std::env::var_os(CHILD) {
         return Some(PathBuf::from(log));
     }
+    run_child(name, env);
+    None
+}
+
+/// Runs the test `name` again as a child with the fake driver and `env`, checks that it
+/// passed, and returns what it wrote to stderr.
+pub fn run_child(name: &str, env: &[(&str, &str)]) -> String {
     let dir = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join(format!("fake-cuda-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&dir).unwrap();
     build_fake(&dir);
@@ -101,5 +108,10 @@ pub fn child_with_fake_driver(name: &str, env: &[(&str, &str)]) -> Option<PathBu
     let (out, err) = (String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
     assert!(o.status.success() && out.contains("1 passed"), "the child run failed:\n{out}\n{err}");
     let _ = std::fs::remove_dir_all(&dir);
-    None
+    err.into_owned()
+}
+
+/// Whether this process is the child a test started with the fake driver.
+pub fn in_child() -> bool {
+    std::env::var_os(CHILD).is_some()
 }
