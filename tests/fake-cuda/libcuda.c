@@ -11,6 +11,8 @@
  *                          asynchronously, sticky: every later call fails the same way)
  *   FAKE_CUDA_HANG_LAUNCH  N: the N-th launch never ends (whoever waits for its stream
  *                          blocks until a signal ends the process)
+ *   FAKE_CUDA_OP_US        device time of each operation between two events, in microseconds
+ *                          (cuEventElapsedTime; default 250)
  *   FAKE_CUDA_MEM_LIMIT    bytes of device memory (cuMemAlloc beyond: CUDA_ERROR_OUT_OF_MEMORY)
  *   CUDA_VISIBLE_DEVICES   set and empty: no devices, as the real driver does
  * Modules are checked as the real driver would reject them: an ELF64 EM_CUDA image whose
@@ -274,6 +276,13 @@ CUresult cuEventSynchronize(void *e) {
   return sticky;
 }
 CUresult cuEventDestroy_v2(void *e) { free(e); return SUCCESS; }
+/* Every operation takes FAKE_CUDA_OP_US microseconds of device time (default 250). */
+CUresult cuEventElapsedTime(float *ms, void *start, void *end) {
+  struct event *a = start, *b = end;
+  if (!a->s || a->s != b->s || b->seq < a->seq) return INVALID_VALUE;
+  *ms = (float)(b->seq - a->seq) * (float)env_long("FAKE_CUDA_OP_US", 250) / 1000.0f;
+  return SUCCESS;
+}
 
 /* Modules: a copy of the ELF image; functions and globals looked up in its symbol table. */
 struct module { unsigned char *elf; size_t size; };

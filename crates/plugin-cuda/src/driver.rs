@@ -17,6 +17,8 @@ pub type CuModule = *mut c_void;
 pub type CuFunction = *mut c_void;
 pub type CuStream = *mut c_void;
 pub type CuEvent = *mut c_void;
+/// `cuEventElapsedTime(float *ms, CUevent start, CUevent end)`.
+pub type ElapsedTime = unsafe extern "C" fn(*mut f32, CuEvent, CuEvent) -> CuResult;
 
 pub const CUDA_SUCCESS: CuResult = 0;
 pub const CUDA_ERROR_OUT_OF_MEMORY: CuResult = 2;
@@ -77,6 +79,9 @@ macro_rules! entry_points {
         /// The driver's entry points this plugin uses, resolved once.
         pub struct Driver {
             $(pub $field: unsafe extern "C" fn($($arg),*) -> CuResult,)*
+            /// `cuEventElapsedTime` (`_v2` where the driver has it): optional, the profile
+            /// falls back to host timing without it.
+            pub event_elapsed_time: Option<ElapsedTime>,
         }
 
         /// Every symbol the plugin resolves, in table order.
@@ -102,6 +107,12 @@ macro_rules! entry_points {
                         // same size on the platforms we build for.
                         unsafe { std::mem::transmute::<*mut c_void, unsafe extern "C" fn($($arg),*) -> CuResult>(p) }
                     },)*
+                    event_elapsed_time: ["cuEventElapsedTime_v2\0", "cuEventElapsedTime\0"].iter().find_map(|name| {
+                        // SAFETY: as above.
+                        let p = unsafe { libc::dlsym(handle, name.as_ptr().cast()) };
+                        // SAFETY: both names have this signature in cuda.h (milliseconds, start, end).
+                        (!p.is_null()).then(|| unsafe { std::mem::transmute::<*mut c_void, ElapsedTime>(p) })
+                    }),
                 })
             }
         }

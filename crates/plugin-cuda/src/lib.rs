@@ -46,6 +46,8 @@ pub struct Settings {
     /// `LIBOMPTARGET_CHECK` asks for findings (`1` or `bugs`): a kernel fault names the
     /// kernel and sends the user to the isolated CPU device, which can name the variable.
     pub check_findings: bool,
+    /// `LIBOMPTARGET_PROFILE` is set: copies and kernels are timed on the device (CUDA events).
+    pub profile: bool,
 }
 
 impl Settings {
@@ -66,6 +68,7 @@ impl Settings {
             heap_size: int("LIBOMPTARGET_HEAP_SIZE").map(|v| v as usize),
             stack_size: int("LIBOMPTARGET_STACK_SIZE").map(|v| v as usize),
             num_devices: 0,
+            profile: var("LIBOMPTARGET_PROFILE").is_some_and(|v| !v.is_empty()),
             check_findings: var("LIBOMPTARGET_CHECK").is_some_and(|v| {
                 matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "true" | "yes" | "on" | "bugs")
             }),

@@ -94,3 +94,36 @@ fn memset_runs_on_the_device_and_gpus_copy_to_each_other_directly() {
     // SAFETY: nothing is copied: the destination is not a CUDA device.
     assert!(unsafe { d0.copy_to_peer(host, b, a, 8) }.is_none(), "another backend goes through the host");
 }
+
+#[test]
+fn with_the_profile_copies_and_kernels_are_timed_on_the_device() {
+    let Some(_log) = child_with_fake_driver(
+        "with_the_profile_copies_and_kernels_are_timed_on_the_device",
+        &[("FAKE_CUDA_OP_US", "1500")],
+    ) else {
+        return;
+    };
+    let quiet = CudaPlugin::new(|_| None);
+    let profiled = CudaPlugin::new(|k| (k == "LIBOMPTARGET_PROFILE").then(|| "trace.json".into()));
+    let (plain, dev) = (quiet.open_device(0).unwrap(), profiled.open_device(0).unwrap());
+    let img = dev.load_image(&cubin(90, &[("k", 2, &[0u8; 16])])).unwrap();
+    let kernel = dev.kernel(img, c"k").unwrap();
+    let a = dev.alloc(64, AllocKind::Device).unwrap();
+    let bytes = [7u8; 64];
+    // SAFETY: `bytes` is 64 readable bytes and `a` a 64-byte allocation; the fake runs no kernel.
+    unsafe { dev.submit(a, bytes.as_ptr() as usize, 64) }.unwrap();
+    // One operation between the events: the fake's 1.5 ms, not the host's time.
+    assert_eq!(dev.device_time(), Some(std::time::Duration::from_micros(1500)));
+    assert_eq!(dev.device_time(), None, "read once");
+    // SAFETY: as above.
+    unsafe { dev.launch(kernel, &[a], &LaunchConfig::default()) }.unwrap();
+    assert_eq!(dev.device_time(), Some(std::time::Duration::from_micros(1500)));
+    // Without the profile nothing is measured on the device; another device's measure is not ours.
+    let b = plain.alloc(64, AllocKind::Device).unwrap();
+    // SAFETY: as above, on the other device.
+    unsafe { plain.submit(b, bytes.as_ptr() as usize, 64) }.unwrap();
+    assert_eq!(plain.device_time(), None);
+    // SAFETY: as above.
+    unsafe { dev.submit(a, bytes.as_ptr() as usize, 64) }.unwrap();
+    assert_eq!(plain.device_time(), None, "the last measure was the other device's");
+}

@@ -295,6 +295,12 @@ pub trait Device: Send + Sync {
     unsafe fn launch(&self, kernel: KernelId, args: &[usize], config: &LaunchConfig) -> Result<()>;
     /// A line of device information, `key`/`value`, for `__tgt_print_device_info`.
     fn info(&self) -> Vec<(String, String)>;
+    /// How long the device itself took for the last synchronous copy or launch this thread
+    /// made on it, where the device measures it (a GPU's events, with the profile on); `None`
+    /// (the default): the caller's host timing stands.
+    fn device_time(&self) -> Option<std::time::Duration> {
+        None
+    }
     /// The blocks, threads and mode a launch of `kernel` with `config` gets, for a device
     /// that decides them itself (a GPU); `None` (the default) for devices that run the
     /// construct's numbers as given.
@@ -433,6 +439,9 @@ macro_rules! forward_device {
         }
         fn info(&self) -> Vec<(String, String)> {
             (**self).info()
+        }
+        fn device_time(&self) -> Option<std::time::Duration> {
+            (**self).device_time()
         }
         fn launch_shape(&self, kernel: KernelId, config: &LaunchConfig) -> Option<LaunchShape> {
             (**self).launch_shape(kernel, config)

@@ -58,6 +58,7 @@ type PendingFrees = Vec<usize>;
 mod launch;
 mod properties;
 mod setup;
+mod timing;
 
 pub struct CudaDevice {
     driver: &'static Driver,
@@ -258,9 +259,13 @@ impl CudaDevice {
         for touches in [reads, writes].into_iter().flatten() {
             self.order_after_writes(queue, stream, touches)?;
         }
+        let timing = if queue == QueueId::SYNC { self.timing_start(stream) } else { None };
         self.check(f(stream), call)?;
         if queue == QueueId::SYNC {
-            return self.sync_stream(stream, Vec::new());
+            let timing = timing.and_then(|t| t.stop(stream));
+            let synced = self.sync_stream(stream, Vec::new());
+            self.timing_done(timing);
+            return synced;
         }
         match writes {
             Some(touches) => self.note_write(queue, stream, touches),
@@ -467,9 +472,13 @@ impl Device for CudaDevice {
 
     unsafe fn launch(&self, kernel: KernelId, args: &[usize], config: &LaunchConfig) -> Result<()> {
         let mut frees = Vec::new();
+        let stream = self.stream as CuStream;
+        let timing = self.timing_start(stream);
         // SAFETY: the caller's promise, passed on; the stream is synchronised below.
         let launched = unsafe { self.launch_on(kernel, args, config, QueueId::SYNC, &mut frees) };
-        let synced = self.sync_stream(self.stream as CuStream, frees);
+        let timing = timing.filter(|_| launched.is_ok()).and_then(|t| t.stop(stream));
+        let synced = self.sync_stream(stream, frees);
+        self.timing_done(timing);
         launched.and(synced)
     }
 
@@ -497,6 +506,10 @@ impl Device for CudaDevice {
         self.allocations.lock().iter().any(|(&base, &(kind, len))| {
             matches!(kind, AllocKind::Host | AllocKind::Shared) && ptr >= base && ptr.saturating_add(size) <= base + len
         })
+    }
+
+    fn device_time(&self) -> Option<std::time::Duration> {
+        self.last_device_time()
     }
 
     fn launch_shape(&self, kernel: KernelId, config: &LaunchConfig) -> Option<LaunchShape> {

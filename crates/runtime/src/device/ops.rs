@@ -233,9 +233,18 @@ impl DeviceCtx {
         let start = rt.start_timer();
         let r = copy();
         if let Some(t) = Runtime::stop_timer(start) {
-            rt.emit(&ev(Some(t)));
+            rt.emit(&ev(Some(self.measured(t))));
         }
         r
+    }
+
+    /// The interval a backend call took: the host's, its length replaced by the device's own
+    /// measure where the backend has one (a GPU's events under the profile).
+    fn measured(&self, t: Interval) -> Interval {
+        match self.backend.device_time() {
+            Some(d) => Interval { start: t.start, end: t.start + d },
+            None => t,
+        }
     }
 
     /// Host→device copy with no event (the device memory API reports its own).
@@ -362,7 +371,7 @@ impl DeviceCtx {
             args.len()
         );
         if let Some(t) = Runtime::stop_timer(start) {
-            rt.emit(&event(Some(t)));
+            rt.emit(&event(Some(self.measured(t))));
         }
         self.check(launched, DeviceOp::Launch)
     }
