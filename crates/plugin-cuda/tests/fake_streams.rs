@@ -27,7 +27,7 @@ fn queued_writes_are_waited_for_by_other_streams_on_the_device() {
     let kernel = dev.kernel(img, c"spmd").unwrap();
     let (a, b) = (dev.alloc(64, AllocKind::Device).unwrap(), dev.alloc(64, AllocKind::Device).unwrap());
     let (zeros, ones, twos) = ([0u8; 64], [1u8; 64], [2u8; 64]);
-    // SAFETY (whole test): the host arrays outlive every queue's synchronisation below; `a`
+    // SAFETY: the host arrays outlive every queue's synchronisation (here and below); `a`
     // and `b` are 64-byte allocations of this device; the fake runs no kernel.
     unsafe {
         dev.submit(a, zeros.as_ptr() as usize, 64).unwrap();
@@ -36,6 +36,7 @@ fn queued_writes_are_waited_for_by_other_streams_on_the_device() {
 
     // A copy queued and never synchronised is still seen by the synchronous stream.
     let q1 = dev.create_queue().unwrap();
+    // SAFETY: as above.
     unsafe { dev.submit_async(a, ones.as_ptr() as usize, 64, q1) }.unwrap();
     assert_eq!(read(&*dev, a, 64), ones, "the synchronous read waited for q1's copy");
 
@@ -45,6 +46,7 @@ fn queued_writes_are_waited_for_by_other_streams_on_the_device() {
     assert!(q1 != q2 && q2 != q3 && q3 != QueueId::SYNC);
     let mut seen = [0u8; 64];
     let config = LaunchConfig { tripcount: 64, with_dyn_ptr: true, ..LaunchConfig::default() };
+    // SAFETY: as above; `seen` outlives q3's synchronisation.
     unsafe {
         dev.submit_async(b, twos.as_ptr() as usize, 64, q2).unwrap();
         dev.launch_async(kernel, &[b], &config, q3).unwrap();
@@ -55,7 +57,9 @@ fn queued_writes_are_waited_for_by_other_streams_on_the_device() {
 
     // A kernel is a write to anything: a copy queued elsewhere after it waits for it; an
     // untouched range of q2 does not order q1 (nothing to assert but that it completes).
+    // SAFETY: as above.
     unsafe { dev.launch_async(kernel, &[a], &config, q1) }.unwrap();
+    // SAFETY: as above.
     unsafe { dev.submit_async(a, twos.as_ptr() as usize, 64, q2) }.unwrap();
     for q in [q1, q2, q3] {
         dev.synchronize(q).unwrap();
