@@ -35,6 +35,7 @@ E2E = [
     ("runtime/mapper.c", "declare mapper", None),  # reference: ours (REFERENCE_OURS)
     ("runtime/cpp_features.cpp", "C++: templates, methods, lambdas, references", None),
     ("gpu-check/device_printf.c", "device printf", ("words",)),
+    ("gpu-check/device_memset.c", "omp_target_memset on the device, device-to-device memcpy", None),
     ("driver/saxpy.c", "saxpy, on_device", None),
     ("driver/gpu_kernels.c", "declare target globals and functions (C)", None),
     ("driver/gpu_kernels.cpp", "declare target globals and functions (C++)", None),

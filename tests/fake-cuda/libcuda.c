@@ -9,16 +9,31 @@
  *                          "launch NAME grid=X,Y,Z block=X,Y,Z shared=BYTES arg0=0xFIRST_ARGUMENT"
  *   FAKE_CUDA_FAIL_LAUNCH  N: the N-th launch faults (CUDA_ERROR_ILLEGAL_ADDRESS, reported
  *                          asynchronously, sticky: every later call fails the same way)
+ *   FAKE_CUDA_HANG_LAUNCH  N: the N-th launch never ends (whoever waits for its stream
+ *                          blocks until a signal ends the process)
+ *   FAKE_CUDA_OP_US        device time of each operation between two events, in microseconds
+ *                          (cuEventElapsedTime; default 250)
  *   FAKE_CUDA_MEM_LIMIT    bytes of device memory (cuMemAlloc beyond: CUDA_ERROR_OUT_OF_MEMORY)
  *   CUDA_VISIBLE_DEVICES   set and empty: no devices, as the real driver does
  * Modules are checked as the real driver would reject them: an ELF64 EM_CUDA image whose
  * section headers lie within sane bounds (else CUDA_ERROR_INVALID_IMAGE) built for this SM's
  * major version and no newer minor one (else CUDA_ERROR_NO_BINARY_FOR_GPU).
+ *
+ * Streams are really asynchronous: the work enqueued on a stream (copies, memsets, launches,
+ * waits on events) runs only when something waits for it (cuStreamSynchronize,
+ * cuEventSynchronize, or another stream's work that waits on an event recorded after it).
+ * So two streams with no event between them are unordered, as on a GPU, and a test sees the
+ * stale bytes a missing cuStreamWaitEvent would let a kernel or a copy see. Host-to-device
+ * copies stage their source at the call, as the real driver does for pageable memory.
+ * Memsets and peer copies append "memset DST BYTES" and "peer copy BYTES from context A to
+ * context B" to FAKE_CUDA_LOG when they run.
  */
+#include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 typedef int CUresult;
 typedef unsigned long long CUdeviceptr;
@@ -143,22 +158,129 @@ CUresult cuMemFree_v2(CUdeviceptr p) {
 CUresult cuMemAllocHost_v2(void **p, size_t size) { *p = malloc(size); return *p ? sticky : OUT_OF_MEMORY; }
 CUresult cuMemFreeHost(void *p) { free(p); return sticky; }
 
-CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, void *s) {
-  (void)s;
-  if (sticky) return sticky;
-  memcpy((void *)(uintptr_t)dst, src, n);
+/* Streams: a queue of work that runs when waited for. An event is a point in a stream's
+ * queue (how many operations had been enqueued when it was recorded). */
+enum { OP_COPY, OP_SET, OP_WAIT, OP_LAUNCH, OP_PEER };
+struct stream;
+struct op {
+  int kind, byte, hang;
+  unsigned char *dst, *staged;
+  const unsigned char *src;
+  size_t n;
+  struct stream *on; /* OP_WAIT: the stream waited for, up to `upto` */
+  unsigned long upto;
+  void *from_ctx, *to_ctx; /* OP_PEER */
+  struct op *next;
+};
+struct stream { struct op *head, *tail; unsigned long enqueued, done; };
+struct event { struct stream *s; unsigned long seq; };
+
+static void log_line(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+
+static void run(struct stream *s, unsigned long upto) {
+  while (s->done < upto && s->head) {
+    struct op *o = s->head;
+    s->head = o->next;
+    if (!s->head) s->tail = NULL;
+    switch (o->kind) {
+    case OP_COPY: memmove(o->dst, o->staged ? o->staged : o->src, o->n); break;
+    case OP_PEER:
+      memmove(o->dst, o->src, o->n);
+      log_line("peer copy %zu from context %p to context %p\n", o->n, o->from_ctx, o->to_ctx);
+      break;
+    case OP_SET:
+      memset(o->dst, o->byte, o->n);
+      log_line("memset %p %zu\n", (void *)o->dst, o->n);
+      break;
+    case OP_WAIT: run(o->on, o->upto); break;
+    case OP_LAUNCH:
+      while (o->hang) pause(); /* a kernel that never ends: only a signal gets out */
+      break;
+    }
+    free(o->staged);
+    free(o);
+    s->done++;
+  }
+}
+
+static CUresult enqueue(void *stream, struct op o) {
+  struct op *p = malloc(sizeof *p);
+  if (!p) return OUT_OF_MEMORY;
+  *p = o;
+  p->next = NULL;
+  struct stream *s = stream;
+  if (!s) { /* the legacy default stream: synchronous here */
+    struct stream now = {p, p, 1, 0};
+    run(&now, 1);
+    return SUCCESS;
+  }
+  if (s->tail) s->tail->next = p; else s->head = p;
+  s->tail = p;
+  s->enqueued++;
   return SUCCESS;
+}
+
+CUresult cuMemcpyHtoDAsync_v2(CUdeviceptr dst, const void *src, size_t n, void *s) {
+  if (sticky) return sticky;
+  unsigned char *staged = malloc(n ? n : 1);
+  if (!staged) return OUT_OF_MEMORY;
+  memcpy(staged, src, n);
+  return enqueue(s, (struct op){.kind = OP_COPY, .dst = (unsigned char *)(uintptr_t)dst, .staged = staged, .n = n});
 }
 CUresult cuMemcpyDtoHAsync_v2(void *dst, CUdeviceptr src, size_t n, void *s) {
-  (void)s;
   if (sticky) return sticky;
-  memcpy(dst, (const void *)(uintptr_t)src, n);
-  return SUCCESS;
+  return enqueue(s, (struct op){.kind = OP_COPY, .dst = dst, .src = (const unsigned char *)(uintptr_t)src, .n = n});
 }
 CUresult cuMemcpyDtoDAsync_v2(CUdeviceptr dst, CUdeviceptr src, size_t n, void *s) {
-  (void)s;
   if (sticky) return sticky;
-  memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n);
+  return enqueue(s, (struct op){.kind = OP_COPY, .dst = (unsigned char *)(uintptr_t)dst,
+                                .src = (const unsigned char *)(uintptr_t)src, .n = n});
+}
+CUresult cuMemcpyPeerAsync(CUdeviceptr dst, void *dst_ctx, CUdeviceptr src, void *src_ctx, size_t n, void *s) {
+  if (sticky) return sticky;
+  if (!dst_ctx || !src_ctx) return INVALID_VALUE;
+  return enqueue(s, (struct op){.kind = OP_PEER, .dst = (unsigned char *)(uintptr_t)dst,
+                                .src = (const unsigned char *)(uintptr_t)src, .n = n, .from_ctx = src_ctx,
+                                .to_ctx = dst_ctx});
+}
+CUresult cuMemsetD8Async(CUdeviceptr dst, unsigned char byte, size_t n, void *s) {
+  if (sticky) return sticky;
+  return enqueue(s, (struct op){.kind = OP_SET, .dst = (unsigned char *)(uintptr_t)dst, .byte = byte, .n = n});
+}
+
+CUresult cuEventCreate(void **e, unsigned flags) {
+  (void)flags;
+  if (sticky) return sticky;
+  *e = calloc(1, sizeof(struct event));
+  return *e ? SUCCESS : OUT_OF_MEMORY;
+}
+CUresult cuEventRecord(void *e, void *stream) {
+  struct event *ev = e;
+  struct stream *s = stream;
+  if (sticky) return sticky;
+  if (!s) return INVALID_VALUE;
+  ev->s = s;
+  ev->seq = s->enqueued;
+  return SUCCESS;
+}
+CUresult cuStreamWaitEvent(void *stream, void *e, unsigned flags) {
+  struct event *ev = e;
+  (void)flags;
+  if (sticky) return sticky;
+  if (!ev->s) return SUCCESS; /* never recorded: nothing to wait for */
+  return enqueue(stream, (struct op){.kind = OP_WAIT, .on = ev->s, .upto = ev->seq});
+}
+CUresult cuEventSynchronize(void *e) {
+  struct event *ev = e;
+  if (ev->s) run(ev->s, ev->seq);
+  return sticky;
+}
+CUresult cuEventDestroy_v2(void *e) { free(e); return SUCCESS; }
+/* Every operation takes FAKE_CUDA_OP_US microseconds of device time (default 250). */
+CUresult cuEventElapsedTime(float *ms, void *start, void *end) {
+  struct event *a = start, *b = end;
+  if (!a->s || a->s != b->s || b->seq < a->seq) return INVALID_VALUE;
+  *ms = (float)(b->seq - a->seq) * (float)env_long("FAKE_CUDA_OP_US", 250) / 1000.0f;
   return SUCCESS;
 }
 
@@ -275,7 +397,7 @@ CUresult cuFuncSetAttribute(void *f, int attr, int value) { (void)f; (void)attr;
 
 CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                         unsigned shared, void *stream, void **params, void **extra) {
-  (void)stream; (void)extra;
+  (void)extra;
   if (sticky) return sticky;
   const char *log = getenv("FAKE_CUDA_LOG");
   if (log && *log) {
@@ -289,14 +411,35 @@ CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned
     }
   }
   if (++launches == env_long("FAKE_CUDA_FAIL_LAUNCH", 0)) sticky = ILLEGAL_ADDRESS; /* seen at the next sync */
-  return SUCCESS;
+  return enqueue(stream, (struct op){.kind = OP_LAUNCH, .hang = launches == env_long("FAKE_CUDA_HANG_LAUNCH", 0)});
 }
 
 CUresult cuStreamCreate(void **s, unsigned flags) {
   (void)flags;
   if (sticky) return sticky;
-  *s = malloc(1);
+  *s = calloc(1, sizeof(struct stream));
+  return *s ? SUCCESS : OUT_OF_MEMORY;
+}
+CUresult cuStreamDestroy_v2(void *s) {
+  struct stream *st = s;
+  run(st, st->enqueued); /* the driver finishes a destroyed stream's work */
+  free(st);
   return SUCCESS;
 }
-CUresult cuStreamDestroy_v2(void *s) { free(s); return SUCCESS; }
-CUresult cuStreamSynchronize(void *s) { (void)s; return sticky; }
+CUresult cuStreamSynchronize(void *s) {
+  struct stream *st = s;
+  run(st, st->enqueued);
+  return sticky;
+}
+
+static void log_line(const char *fmt, ...) {
+  const char *log = getenv("FAKE_CUDA_LOG");
+  if (!log || !*log) return;
+  FILE *out = fopen(log, "a");
+  if (!out) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vfprintf(out, fmt, ap);
+  va_end(ap);
+  fclose(out);
+}

@@ -314,3 +314,85 @@ fn a_program_without_an_nvptx64_image_is_untouched_by_the_driver() {
     let (_, err) = text(&run(&exe, true, &[("LIBOMPTARGET_DEBUG", "1")]));
     assert!(!err.contains("CUDA plugin"), "the driver was not even loaded:\n{err}");
 }
+
+#[cfg_attr(omp_e2e, test)]
+fn memset_peer_copies_and_a_nowait_depend_chain_run_on_fake_gpus() {
+    let exe = build("memory_async", true);
+    let log = launch_log("memory-async");
+    let log_path = log.display().to_string();
+    let env = [("FAKE_CUDA_DEVICES", "2"), ("OMP_DEFAULT_DEVICE", GPU), ("FAKE_CUDA_LOG", log_path.as_str())];
+    let o = run(&exe, true, &env);
+    let (out, err) = text(&o);
+    assert!(o.status.success(), "{out}{err}");
+    assert_eq!(
+        out, "memset: 4046 set, 50 zero\ndevice to device rc=0: 4046 set, 50 zero\nnowait chain done x[5]=5\n",
+        "{err}"
+    );
+    assert_eq!(runtime_lines(&err), "");
+    let driver = std::fs::read_to_string(&log).unwrap_or_default();
+    assert_eq!(driver.lines().filter(|l| l.starts_with("memset ")).count(), 2, "two device memsets:\n{driver}");
+    assert!(
+        driver.contains("peer copy 4096 from context 0x1000 to context 0x1001\n"),
+        "GPU to GPU without the host:\n{driver}"
+    );
+    assert_eq!(driver.lines().filter(|l| l.starts_with("launch ")).count(), 2, "both chained kernels:\n{driver}");
+}
+
+#[cfg_attr(omp_e2e, test)]
+fn under_the_checker_a_gpu_fault_names_the_kernel_and_points_to_the_isolated_device() {
+    let exe = build("fault", true);
+    let env = [("OMP_DEFAULT_DEVICE", GPU), ("FAKE_CUDA_FAIL_LAUNCH", "1"), ("LIBOMPTARGET_CHECK", "1")];
+    let o = run(&exe, true, &env);
+    let (out, err) = text(&o);
+    assert!(!o.status.success(), "the policy ends the program:\n{out}{err}");
+    let hints: Vec<&str> = err.lines().filter(|l| l.contains("faulted on CUDA device")).collect();
+    assert_eq!(hints.len(), 1, "said once:\n{err}");
+    assert!(
+        hints[0].starts_with("omptarget check: kernel __omp_offloading_") && hints[0].contains("_main_l10 faulted"),
+        "names the kernel:\n{err}"
+    );
+    assert!(hints[0].contains("on the isolated CPU device, which names it"), "{err}");
+    assert_eq!(err.lines().filter(|l| l.contains("was lost while")).count(), 1, "{err}");
+}
+
+#[cfg_attr(omp_e2e, test)]
+fn a_kernel_that_never_ends_is_ended_by_ctrl_c() {
+    use std::os::unix::process::ExitStatusExt;
+    use std::time::{Duration, Instant};
+    let exe = build("launches", true);
+    let log = launch_log("never-ends");
+    let libs = format!("{}:{}", fake_driver().display(), dist_lib().display());
+    let mut child = Command::new(&exe)
+        .env("LD_LIBRARY_PATH", libs)
+        .env("OMP_DEFAULT_DEVICE", GPU)
+        .env("FAKE_CUDA_HANG_LAUNCH", "1")
+        .env("FAKE_CUDA_LOG", &log)
+        .env_remove("OMP_TARGET_OFFLOAD")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .expect("start the program");
+    let started = Instant::now();
+    while !std::fs::read_to_string(&log).unwrap_or_default().contains("launch ") {
+        assert!(started.elapsed() < Duration::from_secs(60), "the kernel was never launched");
+        assert!(child.try_wait().unwrap().is_none(), "the program ended before its kernel did");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(child.try_wait().unwrap().is_none(), "the kernel never ends: the program waits for it");
+    // SAFETY: kill sends a signal to our own child, which has not been reaped (try_wait said so).
+    assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
+    let interrupted = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if interrupted.elapsed() > Duration::from_secs(20) {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("Ctrl-C did not end a program waiting for a kernel that never ends");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_eq!(status.signal(), Some(libc::SIGINT), "ended by the interrupt: {status:?}");
+}

@@ -16,10 +16,14 @@ pub type CuContext = *mut c_void;
 pub type CuModule = *mut c_void;
 pub type CuFunction = *mut c_void;
 pub type CuStream = *mut c_void;
+pub type CuEvent = *mut c_void;
+/// `cuEventElapsedTime(float *ms, CUevent start, CUevent end)`.
+pub type ElapsedTime = unsafe extern "C" fn(*mut f32, CuEvent, CuEvent) -> CuResult;
 
 pub const CUDA_SUCCESS: CuResult = 0;
 pub const CUDA_ERROR_OUT_OF_MEMORY: CuResult = 2;
 pub const CUDA_ERROR_NO_DEVICE: CuResult = 100;
+pub const CUDA_ERROR_NOT_FOUND: CuResult = 500;
 
 /// `CUdevice_attribute` values this plugin reads.
 pub mod attr {
@@ -38,6 +42,8 @@ pub mod attr {
 
 /// `CU_STREAM_NON_BLOCKING`: no implicit synchronisation with the legacy default stream.
 pub const CU_STREAM_NON_BLOCKING: c_uint = 1;
+/// `CU_EVENT_DISABLE_TIMING`: an event only for ordering (cheaper to record).
+pub const CU_EVENT_DISABLE_TIMING: c_uint = 2;
 /// `CU_MEM_ATTACH_GLOBAL`: managed memory any stream may use.
 pub const CU_MEM_ATTACH_GLOBAL: c_uint = 1;
 /// `CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES`.
@@ -73,6 +79,9 @@ macro_rules! entry_points {
         /// The driver's entry points this plugin uses, resolved once.
         pub struct Driver {
             $(pub $field: unsafe extern "C" fn($($arg),*) -> CuResult,)*
+            /// `cuEventElapsedTime` (`_v2` where the driver has it): optional, the profile
+            /// falls back to host timing without it.
+            pub event_elapsed_time: Option<ElapsedTime>,
         }
 
         /// Every symbol the plugin resolves, in table order.
@@ -98,6 +107,12 @@ macro_rules! entry_points {
                         // same size on the platforms we build for.
                         unsafe { std::mem::transmute::<*mut c_void, unsafe extern "C" fn($($arg),*) -> CuResult>(p) }
                     },)*
+                    event_elapsed_time: ["cuEventElapsedTime_v2\0", "cuEventElapsedTime\0"].iter().find_map(|name| {
+                        // SAFETY: as above.
+                        let p = unsafe { libc::dlsym(handle, name.as_ptr().cast()) };
+                        // SAFETY: both names have this signature in cuda.h (milliseconds, start, end).
+                        (!p.is_null()).then(|| unsafe { std::mem::transmute::<*mut c_void, ElapsedTime>(p) })
+                    }),
                 })
             }
         }
@@ -137,6 +152,13 @@ entry_points! {
     stream_create = "cuStreamCreate": fn(*mut CuStream, c_uint);
     stream_destroy = "cuStreamDestroy_v2": fn(CuStream);
     stream_synchronize = "cuStreamSynchronize": fn(CuStream);
+    stream_wait_event = "cuStreamWaitEvent": fn(CuStream, CuEvent, c_uint);
+    event_create = "cuEventCreate": fn(*mut CuEvent, c_uint);
+    event_record = "cuEventRecord": fn(CuEvent, CuStream);
+    event_synchronize = "cuEventSynchronize": fn(CuEvent);
+    event_destroy = "cuEventDestroy_v2": fn(CuEvent);
+    memset_d8_async = "cuMemsetD8Async": fn(CuDevicePtr, u8, usize, CuStream);
+    memcpy_peer_async = "cuMemcpyPeerAsync": fn(CuDevicePtr, CuContext, CuDevicePtr, CuContext, usize, CuStream);
 }
 
 /// The library's versioned name: the development package's `libcuda.so` is not needed.

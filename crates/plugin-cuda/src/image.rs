@@ -33,6 +33,33 @@ pub fn sm_runs_on(image: Sm, device: Sm) -> bool {
 /// The bytes of the symbol `name` in an ELF64 image's symbol table, where they lie in the
 /// file (a symbol in a section without file contents, like `.bss`, has none).
 pub fn symbol_bytes<'a>(image: &'a [u8], name: &str) -> Option<&'a [u8]> {
+    let mut found = None;
+    each_symbol(image, |sym_name, bytes| {
+        if sym_name != name.as_bytes() {
+            return true;
+        }
+        found = bytes;
+        false
+    })?;
+    found
+}
+
+/// The names of an ELF64 image's symbols that start with `prefix`, in table order (empty for
+/// an image that is not one).
+pub fn symbols_named_like<'a>(image: &'a [u8], prefix: &str) -> Vec<&'a str> {
+    let mut names = Vec::new();
+    let _ = each_symbol(image, |name, _| {
+        if let Some(name) = std::str::from_utf8(name).ok().filter(|n| n.starts_with(prefix)) {
+            names.push(name);
+        }
+        true
+    });
+    names
+}
+
+/// Calls `visit` with each symbol's name and its bytes in the file (`None` when it has none
+/// there) until it returns `false`. `None` when the image is not a readable ELF64 file.
+fn each_symbol<'a>(image: &'a [u8], mut visit: impl FnMut(&'a [u8], Option<&'a [u8]>) -> bool) -> Option<()> {
     if image.len() < 64 || &image[..4] != b"\x7fELF" || image[4] != 2 || image[5] != 1 {
         return None;
     }
@@ -56,6 +83,18 @@ pub fn symbol_bytes<'a>(image: &'a [u8], name: &str) -> Option<&'a [u8]> {
     };
     const SHT_SYMTAB: u32 = 2;
     const SHT_NOBITS: u32 = 8;
+    let bytes_of = |sym: &[u8]| -> Option<&'a [u8]> {
+        let home = section(usize::from(u16_at(sym, 6)?))?;
+        if home.kind == SHT_NOBITS {
+            return None;
+        }
+        let (value, size) = (u64_at(sym, 8)?, u64_at(sym, 16)?);
+        let within = value.checked_sub(home.addr)?;
+        if within.checked_add(size)? > home.size {
+            return None;
+        }
+        slice(image, home.offset.checked_add(within)?, size)
+    };
     for i in 0..shnum {
         let symtab = section(i)?;
         if symtab.kind != SHT_SYMTAB || symtab.entsize < 24 {
@@ -68,25 +107,29 @@ pub fn symbol_bytes<'a>(image: &'a [u8], name: &str) -> Option<&'a [u8]> {
             let at = usize::try_from(symtab.offset.checked_add(s.checked_mul(symtab.entsize)?)?).ok()?;
             let sym = image.get(at..at.checked_add(24)?)?;
             let name_off = u32_at(sym, 0)? as usize;
-            let sym_name = strings.get(name_off..)?.split(|&b| b == 0).next()?;
-            if sym_name != name.as_bytes() {
-                continue;
+            let name = strings.get(name_off..)?.split(|&b| b == 0).next()?;
+            if !visit(name, bytes_of(sym)) {
+                return Some(());
             }
-            let shndx = usize::from(u16_at(sym, 6)?);
-            let value = u64_at(sym, 8)?;
-            let size = u64_at(sym, 16)?;
-            let home = section(shndx)?;
-            if home.kind == SHT_NOBITS {
-                return None;
-            }
-            let within = value.checked_sub(home.addr)?;
-            if within.checked_add(size)? > home.size {
-                return None;
-            }
-            return slice(image, home.offset.checked_add(within)?, size);
         }
     }
-    None
+    Some(())
+}
+
+/// The functions a `__init_array_object_<name>_<priority>` (or `__fini_array_object_…`)
+/// symbol each hold, ordered as LLVM's CUDA plugin calls them: by priority, lowest first
+/// (a stable sort: equal priorities keep the image's order). An unreadable priority is an
+/// error naming the symbol.
+pub fn by_priority<'a>(names: &[&'a str]) -> Result<Vec<&'a str>, String> {
+    let mut ranked = names
+        .iter()
+        .map(|&n| {
+            let priority = n.rsplit('_').next().and_then(|p| p.parse::<u16>().ok());
+            priority.map(|p| (p, n)).ok_or_else(|| format!("invalid priority in the constructor or destructor {n}"))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    ranked.sort_by_key(|&(p, _)| p);
+    Ok(ranked.into_iter().map(|(_, n)| n).collect())
 }
 
 /// Size of the part of LLVM's `ConfigurationEnvironmentTy` read here: three flag bytes, a
@@ -263,5 +306,20 @@ mod tests {
         bad[0x28..0x30].copy_from_slice(&u64::MAX.to_le_bytes());
         assert_eq!(kernel_environment(&bad, "k"), None);
         assert_eq!(parse_configuration(&env[..27]), None);
+    }
+
+    #[test]
+    fn constructors_run_by_priority_and_a_bad_priority_is_named() {
+        let image = cubin(
+            8,
+            90 << 8,
+            &[("__init_array_object_b_200", &[0; 8]), ("x", &[]), ("__init_array_object_a_101", &[0; 8])],
+        );
+        let names = symbols_named_like(&image, "__init_array_object_");
+        assert_eq!(names, ["__init_array_object_b_200", "__init_array_object_a_101"]);
+        assert_eq!(by_priority(&names).unwrap(), ["__init_array_object_a_101", "__init_array_object_b_200"]);
+        assert_eq!(symbol_bytes(&image, "x"), Some(&[][..]));
+        assert!(by_priority(&["__init_array_object_c_high"]).unwrap_err().contains("__init_array_object_c_high"));
+        assert!(symbols_named_like(b"not an image", "").is_empty());
     }
 }

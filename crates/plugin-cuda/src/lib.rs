@@ -15,6 +15,7 @@ pub mod device;
 pub mod driver;
 pub mod image;
 pub mod launch_rules;
+pub mod streams;
 
 use driver::Driver;
 use omp_plugin::{Device, Plugin, Result};
@@ -42,6 +43,11 @@ pub struct Settings {
     pub stack_size: Option<usize>,
     /// How many CUDA devices there are (for the device runtime's environment).
     pub num_devices: usize,
+    /// `LIBOMPTARGET_CHECK` asks for findings (`1` or `bugs`): a kernel fault names the
+    /// kernel and sends the user to the isolated CPU device, which can name the variable.
+    pub check_findings: bool,
+    /// `LIBOMPTARGET_PROFILE` is set: copies and kernels are timed on the device (CUDA events).
+    pub profile: bool,
 }
 
 impl Settings {
@@ -62,6 +68,10 @@ impl Settings {
             heap_size: int("LIBOMPTARGET_HEAP_SIZE").map(|v| v as usize),
             stack_size: int("LIBOMPTARGET_STACK_SIZE").map(|v| v as usize),
             num_devices: 0,
+            profile: var("LIBOMPTARGET_PROFILE").is_some_and(|v| !v.is_empty()),
+            check_findings: var("LIBOMPTARGET_CHECK").is_some_and(|v| {
+                matches!(v.trim().to_ascii_lowercase().as_str(), "1" | "true" | "yes" | "on" | "bugs")
+            }),
         }
     }
 }
@@ -178,7 +188,11 @@ mod tests {
         assert!(s.info_kernel && s.verbose);
         assert_eq!((s.num_teams, s.teams_thread_limit, s.heap_size), (Some(8), None, Some(1 << 20)));
         let quiet = Settings::from_vars(|_| None);
-        assert!(!quiet.info_kernel && !quiet.verbose);
+        assert!(!quiet.info_kernel && !quiet.verbose && !quiet.check_findings);
+        for (value, findings) in [("1", true), ("bugs", true), ("perf", false), ("0", false)] {
+            let s = Settings::from_vars(|k| (k == "LIBOMPTARGET_CHECK").then(|| value.into()));
+            assert_eq!(s.check_findings, findings, "LIBOMPTARGET_CHECK={value}");
+        }
         assert!(Settings::from_vars(|k| (k == "LIBOMPTARGET_INFO").then(|| "-1".into())).info_kernel);
     }
 

@@ -173,6 +173,15 @@ pub struct Fault {
     pub device_memory: bool,
 }
 
+/// Who a device is to the other devices of its backend, for copies between them that do not
+/// go through the host ([`Device::copy_to_peer`]): the backend's name and its own handle (a
+/// CUDA context).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Peer {
+    pub backend: &'static str,
+    pub handle: usize,
+}
+
 /// An ordered stream of device work (LLVM's `AsyncInfo`): operations enqueued on one queue
 /// run in order, and [`Device::synchronize`] waits for all of them. `QueueId::SYNC` is the
 /// queue of a backend that completes everything before returning.
@@ -211,6 +220,13 @@ pub trait Device: Send + Sync {
     fn unload_image(&self, _image: ImageId) -> Result<()> {
         Ok(())
     }
+    /// The image's `declare target indirect` functions, each as (host address, device
+    /// address), given once after the image is loaded and its entries bound. A device whose
+    /// kernels look them up in a table of their own (a GPU's device runtime) builds it from
+    /// them; the others need nothing (the default).
+    fn bind_indirect_functions(&self, _image: ImageId, _functions: &[(usize, usize)]) -> Result<()> {
+        Ok(())
+    }
     /// Resolves a kernel by symbol name in a loaded image.
     fn kernel(&self, image: ImageId, name: &CStr) -> Result<KernelId>;
     /// Resolves a global variable by symbol name in a loaded image.
@@ -239,6 +255,35 @@ pub trait Device: Send + Sync {
     /// global) of this device: on a device whose memory is this process's, the copy goes
     /// wherever the addresses point.
     unsafe fn copy_within(&self, dst: usize, src: usize, size: usize) -> Result<()>;
+    /// Fills `[tgt, tgt+size)` with `byte`. The default copies a host buffer of that byte;
+    /// a GPU fills on the device.
+    ///
+    /// # Safety
+    /// As [`Device::submit`] for the device range.
+    unsafe fn fill(&self, tgt: usize, byte: u8, size: usize) -> Result<()> {
+        const CHUNK: usize = 1 << 20;
+        let buf = vec![byte; size.min(CHUNK)];
+        (0..size).step_by(CHUNK).try_for_each(|at| {
+            // SAFETY: `buf` is ours and holds at least the chunk's bytes; the device range is
+            // the caller's promise.
+            unsafe { self.submit(tgt.wrapping_add(at), buf.as_ptr() as usize, (size - at).min(CHUNK)) }
+        })
+    }
+    /// Who this device is to the other devices of its backend ([`Device::copy_to_peer`]);
+    /// `None` (the default) for a device without direct copies.
+    fn peer(&self) -> Option<Peer> {
+        None
+    }
+    /// Copies `[src, src+size)` of this device to `dst` on the device `peer` names, without
+    /// the host, and waits for it; `None` (the default) when this device cannot (another
+    /// backend, no direct copies): the caller then goes through the host.
+    ///
+    /// # Safety
+    /// `[src, src+size)` lies inside one allocation (or global) of this device, and
+    /// `[dst, dst+size)` inside one of the device `peer` names, which is open.
+    unsafe fn copy_to_peer(&self, _peer: Peer, _dst: usize, _src: usize, _size: usize) -> Option<Result<()>> {
+        None
+    }
     /// Launches a kernel with pointer-sized arguments (already offset) and waits for it.
     ///
     /// # Safety
@@ -250,6 +295,12 @@ pub trait Device: Send + Sync {
     unsafe fn launch(&self, kernel: KernelId, args: &[usize], config: &LaunchConfig) -> Result<()>;
     /// A line of device information, `key`/`value`, for `__tgt_print_device_info`.
     fn info(&self) -> Vec<(String, String)>;
+    /// How long the device itself took for the last synchronous copy or launch this thread
+    /// made on it, where the device measures it (a GPU's events, with the profile on); `None`
+    /// (the default): the caller's host timing stands.
+    fn device_time(&self) -> Option<std::time::Duration> {
+        None
+    }
     /// The blocks, threads and mode a launch of `kernel` with `config` gets, for a device
     /// that decides them itself (a GPU); `None` (the default) for devices that run the
     /// construct's numbers as given.
@@ -344,6 +395,9 @@ macro_rules! forward_device {
         fn unload_image(&self, image: ImageId) -> Result<()> {
             (**self).unload_image(image)
         }
+        fn bind_indirect_functions(&self, image: ImageId, functions: &[(usize, usize)]) -> Result<()> {
+            (**self).bind_indirect_functions(image, functions)
+        }
         fn kernel(&self, image: ImageId, name: &CStr) -> Result<KernelId> {
             (**self).kernel(image, name)
         }
@@ -368,12 +422,26 @@ macro_rules! forward_device {
             // SAFETY: the caller's promise, passed on unchanged.
             unsafe { (**self).copy_within(dst, src, size) }
         }
+        unsafe fn fill(&self, tgt: usize, byte: u8, size: usize) -> Result<()> {
+            // SAFETY: the caller's promise, passed on unchanged.
+            unsafe { (**self).fill(tgt, byte, size) }
+        }
+        fn peer(&self) -> Option<Peer> {
+            (**self).peer()
+        }
+        unsafe fn copy_to_peer(&self, peer: Peer, dst: usize, src: usize, size: usize) -> Option<Result<()>> {
+            // SAFETY: the caller's promise, passed on unchanged.
+            unsafe { (**self).copy_to_peer(peer, dst, src, size) }
+        }
         unsafe fn launch(&self, kernel: KernelId, args: &[usize], config: &LaunchConfig) -> Result<()> {
             // SAFETY: the caller's promise, passed on unchanged.
             unsafe { (**self).launch(kernel, args, config) }
         }
         fn info(&self) -> Vec<(String, String)> {
             (**self).info()
+        }
+        fn device_time(&self) -> Option<std::time::Duration> {
+            (**self).device_time()
         }
         fn launch_shape(&self, kernel: KernelId, config: &LaunchConfig) -> Option<LaunchShape> {
             (**self).launch_shape(kernel, config)

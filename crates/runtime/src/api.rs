@@ -300,6 +300,12 @@ impl Runtime {
                     // SAFETY: both are device addresses the program named for this copy
                     // (`omp_target_memcpy`'s contract).
                     unsafe { d.copy_within(dst, src, len) }
+                } else if let Some(r) =
+                    // SAFETY: both are device addresses the program named for this copy, each
+                    // on its device (`omp_target_memcpy`'s contract).
+                    unsafe { s.copy_to_peer(&d, dst, src, len) }
+                {
+                    r
                 } else {
                     let mut bounce = vec![0u8; len.min(CHUNK)];
                     let b = bounce.as_mut_ptr() as usize;
@@ -423,11 +429,9 @@ impl Runtime {
             ApiDevice::Host => unsafe { host_memory::fill(ptr, byte as u8, len) },
             ApiDevice::Offload(d) => {
                 self.api_event(ApiOp::Memset, device, ptr, byte as usize, len);
-                let buf = vec![byte as u8; len.min(CHUNK)];
-                let r = (0..len).step_by(CHUNK).try_for_each(|at| {
-                    // SAFETY: `buf` is ours and holds at least the chunk's bytes.
-                    unsafe { d.submit(ptr.wrapping_add(at), buf.as_ptr() as usize, (len - at).min(CHUNK)) }
-                });
+                // SAFETY: device memory the program named for this fill (`omp_target_memset`'s
+                // contract), checked by `fits` against what `omp_target_alloc` handed out.
+                let r = unsafe { d.fill(ptr, byte as u8, len) };
                 if let Err(e) = r {
                     e.report(format_args!("omp_target_memset failed: {e}"));
                 }

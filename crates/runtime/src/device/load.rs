@@ -119,6 +119,7 @@ impl Runtime {
         let usm = self.requires_usm();
         let mut kernels = Vec::new();
         let mut globals = Vec::new();
+        let mut indirect = Vec::new();
         for e in entries {
             if e.is_requires() || e.addr == 0 {
                 continue;
@@ -157,6 +158,7 @@ impl Runtime {
                 // SAFETY: `fnaddr` is a local, 8 writable bytes.
                 unsafe { self.retrieve(dev, &mut fnaddr as *mut usize as usize, tgt, 8, MapName::NONE) }
                     .map_err(|_| LoadError::IndirectFunction(name.to_string()))?;
+                indirect.push((host, fnaddr));
                 fnaddr
             } else {
                 tgt
@@ -167,6 +169,11 @@ impl Runtime {
                 unsafe { dev.backend.submit(tgt, host, size) }.map_err(LoadError::Global)?;
             }
             globals.push((host, size, tgt, crate::registry::entry_name(e)));
+        }
+        if !indirect.is_empty() {
+            let r = dev.backend.bind_indirect_functions(image, &indirect);
+            crate::debug!("omptarget", "device {}: {} indirect function(s) bound -> {r:?}", dev.id, indirect.len());
+            r.map_err(LoadError::Global)?;
         }
         dev.kernels.write().extend(kernels);
         let mut table = dev.lock_table();

@@ -233,9 +233,18 @@ impl DeviceCtx {
         let start = rt.start_timer();
         let r = copy();
         if let Some(t) = Runtime::stop_timer(start) {
-            rt.emit(&ev(Some(t)));
+            rt.emit(&ev(Some(self.measured(t))));
         }
         r
+    }
+
+    /// The interval a backend call took: the host's, its length replaced by the device's own
+    /// measure where the backend has one (a GPU's events under the profile).
+    fn measured(&self, t: Interval) -> Interval {
+        match self.backend.device_time() {
+            Some(d) => Interval { start: t.start, end: t.start + d },
+            None => t,
+        }
     }
 
     /// Host→device copy with no event (the device memory API reports its own).
@@ -283,6 +292,42 @@ impl DeviceCtx {
         self.check(r, DeviceOp::CopyWithin)
     }
 
+    /// Fills `len` bytes of this device's memory with `byte` (on the device where the backend
+    /// can; else from a host buffer).
+    ///
+    /// # Safety
+    /// `[tgt, tgt+len)` lies inside one allocation (or global) of this device.
+    pub(crate) unsafe fn fill(&self, tgt: usize, byte: u8, len: usize) -> Result<(), DeviceError> {
+        // SAFETY: the caller's promise.
+        let r = unsafe { self.backend.fill(tgt, byte, len) };
+        crate::debug!("omptarget", "device {}: plugin fill(tgt 0x{tgt:016x}, {byte}, {len}) -> {r:?}", self.id);
+        self.check(r, DeviceOp::Submit)
+    }
+
+    /// Copies `len` bytes of this device's memory to `dst` on device `to` without the host,
+    /// where both backends can (two GPUs of one driver); `None` otherwise.
+    ///
+    /// # Safety
+    /// `[src, src+len)` lies in this device's memory and `[dst, dst+len)` in `to`'s.
+    pub(crate) unsafe fn copy_to_peer(
+        &self,
+        to: &DeviceCtx,
+        dst: usize,
+        src: usize,
+        len: usize,
+    ) -> Option<Result<(), DeviceError>> {
+        let peer = to.backend.peer()?;
+        // SAFETY: the caller's promise; `to` is open while the caller holds it.
+        let r = unsafe { self.backend.copy_to_peer(peer, dst, src, len) }?;
+        crate::debug!(
+            "omptarget",
+            "device {}: plugin copy_to_peer(device {}, 0x{dst:016x}, 0x{src:016x}, {len}) -> {r:?}",
+            self.id,
+            to.id
+        );
+        Some(self.check(r, DeviceOp::Retrieve))
+    }
+
     /// Device bytes for an observer (the checker): no event, and a failure is the observer's
     /// own business (the next operation of the runtime meets it and reports it).
     ///
@@ -326,7 +371,7 @@ impl DeviceCtx {
             args.len()
         );
         if let Some(t) = Runtime::stop_timer(start) {
-            rt.emit(&event(Some(t)));
+            rt.emit(&event(Some(self.measured(t))));
         }
         self.check(launched, DeviceOp::Launch)
     }

@@ -6,14 +6,19 @@
 use crate::driver::*;
 use crate::image;
 use crate::launch_rules::{self, GridLimits, Kernel};
+use crate::streams::{Streams, Touches};
 use crate::Settings;
 use omp_plugin::{
-    AllocKind, Device, GlobalSymbol, ImageId, KernelId, LaunchConfig, LaunchShape, PluginError, QueueId, Result,
+    AllocKind, Device, GlobalSymbol, ImageId, KernelId, LaunchConfig, LaunchShape, Peer, PluginError, QueueId, Result,
 };
 use omp_sync::Mutex;
 use std::collections::HashMap;
 use std::ffi::{c_void, CStr};
 use std::sync::OnceLock;
+
+/// The backend name in a CUDA device's [`Peer`]: another CUDA device of this process
+/// copies to it with `cuMemcpyPeer`.
+const PEER_BACKEND: &str = "cuda";
 
 /// Dynamic shared memory a kernel may use without opting in (48 KiB on every NVIDIA GPU).
 const DEFAULT_DYN_SHARED_LIMIT: u32 = 48 * 1024;
@@ -37,15 +42,23 @@ struct Module {
     handle: usize,
     /// The image as loaded: kernel environments are read from it.
     bytes: Vec<u8>,
+    /// The device runtime's indirect-call table (device memory), freed at unload.
+    indirect_table: Option<usize>,
 }
 
 struct KernelEntry {
     func: usize,
     kernel: Kernel,
+    name: String,
 }
 
 /// One launch's device memory for the launch environment, freed once its stream is done.
 type PendingFrees = Vec<usize>;
+
+mod launch;
+mod properties;
+mod setup;
+mod timing;
 
 pub struct CudaDevice {
     driver: &'static Driver,
@@ -56,9 +69,9 @@ pub struct CudaDevice {
     context: usize,
     /// The stream of the synchronous operations (`QueueId::SYNC`).
     stream: usize,
-    /// Streams made by `create_queue`: `QueueId(i + 1)` is `queues[i]`, with the launch
-    /// environments to free after its next synchronisation.
-    queues: Mutex<Vec<(usize, PendingFrees)>>,
+    /// Streams made by `create_queue`, the launch environments to free after their next
+    /// synchronisation, and the writes in flight on them (`crate::streams`).
+    streams: Mutex<Streams>,
     modules: Mutex<Vec<Option<Module>>>,
     /// `KernelId(i + 1)` is `kernels[i]`.
     kernels: Mutex<Vec<KernelEntry>>,
@@ -68,6 +81,21 @@ pub struct CudaDevice {
     settings: Settings,
     /// Why the device is lost, once a sticky error said so.
     lost: OnceLock<String>,
+    /// The kernel launched last (a fault is reported at the next synchronisation, so it is
+    /// the one that faulted, or ran at the same time as it).
+    last_kernel: Mutex<Option<String>>,
+}
+
+/// Under `LIBOMPTARGET_CHECK`, what a fault on a GPU can say: which kernel, and where to run
+/// the program to learn which variable (a GPU cannot tell which address faulted).
+fn fault_hint(ordinal: usize, kernel: Option<&str>, reason: &str) -> String {
+    let kernel = kernel.map_or_else(|| "a kernel".to_string(), |k| format!("kernel {k}"));
+    format!(
+        "omptarget check: {kernel} faulted on CUDA device {ordinal} ({reason}); a GPU cannot tell which variable: \
+         run the same program with LIBOMPTARGET_CHECK=1 on the isolated CPU device, which names it \
+         (OMP_DEFAULT_DEVICE=0 or device(0) with a binary that also carries an x86_64 image; \
+         build one with ompcc --target-offload=x86_64-pc-linux-gnu)\n"
+    )
 }
 
 impl CudaDevice {
@@ -84,7 +112,7 @@ impl CudaDevice {
         let mut stream: CuStream = std::ptr::null_mut();
         // SAFETY: writes one CUstream; the context is current.
         driver.check(unsafe { (driver.stream_create)(&mut stream, CU_STREAM_NON_BLOCKING) }, "cuStreamCreate")?;
-        let props = properties(driver, device)?;
+        let props = properties::read(driver, device)?;
         for (var, limit, value) in [
             ("stack", CU_LIMIT_STACK_SIZE, settings.stack_size),
             ("heap", CU_LIMIT_MALLOC_HEAP_SIZE, settings.heap_size),
@@ -117,13 +145,14 @@ impl CudaDevice {
             device,
             context: context as usize,
             stream: stream as usize,
-            queues: Mutex::new(Vec::new()),
+            streams: Mutex::new(Streams::default()),
             modules: Mutex::new(Vec::new()),
             kernels: Mutex::new(Vec::new()),
             allocations: Mutex::new(HashMap::new()),
             props,
             settings,
             lost: OnceLock::new(),
+            last_kernel: Mutex::new(None),
         })
     }
 
@@ -139,8 +168,9 @@ impl CudaDevice {
     /// The driver's verdict; a sticky error marks the device lost.
     fn check(&self, code: CuResult, call: &str) -> Result<()> {
         self.driver.check(code, call).inspect_err(|e| {
-            if e.is_lost() {
-                let _ = self.lost.set(e.reason.clone());
+            if e.is_lost() && self.lost.set(e.reason.clone()).is_ok() && self.settings.check_findings {
+                let kernel = self.last_kernel.lock().clone();
+                crate::emit(&fault_hint(self.ordinal, kernel.as_deref(), &e.reason));
             }
         })
     }
@@ -149,10 +179,43 @@ impl CudaDevice {
         if queue == QueueId::SYNC {
             return Ok(self.stream as CuStream);
         }
-        let queues = self.queues.lock();
-        queues.get(queue.0.wrapping_sub(1)).map(|q| q.0 as CuStream).ok_or_else(|| {
+        let stream = self.streams.lock().stream(queue);
+        stream.map(|s| s as CuStream).ok_or_else(|| {
             PluginError::failed(format!("queue {} is not a queue of CUDA device {}", queue.0, self.ordinal))
         })
+    }
+
+    /// Makes `stream` (of `queue`) wait, on the device, for the writes in flight on other
+    /// queues that overlap what the next operation touches.
+    fn order_after_writes(&self, queue: QueueId, stream: CuStream, touches: Touches) -> Result<()> {
+        let events = self.streams.lock().waits(queue, touches);
+        for event in events {
+            // SAFETY: `stream` and `event` belong to this device's context, which is current;
+            // the event stays alive until its queue is synchronised.
+            let r = unsafe { (self.driver.stream_wait_event)(stream, event as CuEvent, 0) };
+            self.check(r, "cuStreamWaitEvent")?;
+        }
+        Ok(())
+    }
+
+    /// After a write to device memory enqueued on `queue`: an event recorded behind it, for
+    /// operations on other streams to wait for. Nothing for the synchronous stream, which is
+    /// done before the call returns.
+    fn note_write(&self, queue: QueueId, stream: CuStream, touches: Touches) -> Result<()> {
+        if queue == QueueId::SYNC {
+            return Ok(());
+        }
+        let mut event: CuEvent = std::ptr::null_mut();
+        // SAFETY: writes one event of the current context.
+        self.check(unsafe { (self.driver.event_create)(&mut event, CU_EVENT_DISABLE_TIMING) }, "cuEventCreate")?;
+        // SAFETY: the event was just created and `stream` is a stream of this context.
+        if let Err(e) = self.check(unsafe { (self.driver.event_record)(event, stream) }, "cuEventRecord") {
+            // SAFETY: the event was created above and is known to nothing else.
+            unsafe { (self.driver.event_destroy)(event) };
+            return Err(e);
+        }
+        self.streams.lock().wrote(queue, touches, event as usize);
+        Ok(())
     }
 
     /// Waits for `stream`, then frees what launches on it left to free.
@@ -164,75 +227,6 @@ impl CudaDevice {
             unsafe { (self.driver.mem_free)(p as CuDevicePtr) };
         }
         done
-    }
-
-    /// The launch environment a kernel's first argument points to: `~0` when its teams do
-    /// no reduction, else device memory with a reduction buffer (freed in `frees` after the
-    /// launch), as LLVM's `getKernelLaunchEnvironment` makes it.
-    fn launch_environment(&self, kernel: &Kernel, stream: CuStream, frees: &mut PendingFrees) -> Result<usize> {
-        let Some(env) = kernel.env.filter(|e| e.reduction_data_size > 0 && e.reduction_buffer_length > 0) else {
-            return Ok(usize::MAX);
-        };
-        let bytes = env.reduction_data_size as usize * env.reduction_buffer_length as usize;
-        let mut buffer: CuDevicePtr = 0;
-        // SAFETY: writes one device pointer; the context is current.
-        self.check(unsafe { (self.driver.mem_alloc)(&mut buffer, bytes) }, "cuMemAlloc")?;
-        frees.push(buffer as usize);
-        let mut kle: CuDevicePtr = 0;
-        // SAFETY: as above.
-        self.check(unsafe { (self.driver.mem_alloc)(&mut kle, 16) }, "cuMemAlloc")?;
-        frees.push(kle as usize);
-        // KernelLaunchEnvironmentTy { uint32_t ReductionCnt, ReductionIterCnt; void *ReductionBuffer; }
-        let mut host = [0u8; 16];
-        host[8..].copy_from_slice(&buffer.to_le_bytes());
-        // SAFETY: 16 readable host bytes to the 16-byte allocation just made; a copy from
-        // pageable host memory is staged before the call returns, so `host` may go after it.
-        let r = unsafe { (self.driver.memcpy_htod_async)(kle, host.as_ptr().cast(), 16, stream) };
-        self.check(r, "cuMemcpyHtoDAsync")?;
-        Ok(kle as usize)
-    }
-
-    /// Launches on `stream`; the caller synchronises it.
-    ///
-    /// # Safety
-    /// As [`Device::launch`].
-    unsafe fn launch_on(
-        &self,
-        kernel: KernelId,
-        args: &[usize],
-        config: &LaunchConfig,
-        stream: CuStream,
-        frees: &mut PendingFrees,
-    ) -> Result<()> {
-        self.enter()?;
-        let (func, k) = self.kernel_entry(kernel)?;
-        let shape = launch_rules::shape(&k, &self.props.limits, config);
-        let mut values = Vec::with_capacity(args.len() + 1);
-        if config.with_dyn_ptr {
-            values.push(self.launch_environment(&k, stream, frees)?);
-        }
-        values.extend_from_slice(args);
-        // Each kernel parameter is pointer-sized (clang's nvptx kernels take `ptr`s):
-        // cuLaunchKernel reads parameter i from `params[i]`.
-        // A kernel without parameters gets NULL.
-        let mut param_ptrs: Vec<*mut c_void> = values.iter_mut().map(|v| (v as *mut usize).cast()).collect();
-        let params = if param_ptrs.is_empty() { std::ptr::null_mut() } else { param_ptrs.as_mut_ptr() };
-        let shared = config.dyn_group_mem.max(self.settings.shared_memory_size);
-        if shared > DEFAULT_DYN_SHARED_LIMIT {
-            let attribute = CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
-            // SAFETY: `func` is a function of a loaded module; the attribute takes a byte count.
-            let r = unsafe { (self.driver.func_set_attribute)(func, attribute, shared as i32) };
-            self.check(r, "cuFuncSetAttribute")?;
-        }
-        let ([bx, by, bz], [tx, ty, tz]) = (shape.blocks, shape.threads);
-        // SAFETY: `func` was resolved by `kernel` from a module still loaded (the caller's
-        // promise); `params` is NULL or holds one pointer per parameter, each to a live `usize` in
-        // `values`, which outlive the call (the driver copies parameters at launch); the
-        // arguments are device addresses valid for the kernel by the caller's promise.
-        let r = unsafe {
-            (self.driver.launch_kernel)(func, bx, by, bz, tx, ty, tz, shared, stream, params, std::ptr::null_mut())
-        };
-        self.check(r, "cuLaunchKernel")
     }
 
     fn kernel_entry(&self, kernel: KernelId) -> Result<(CuFunction, Kernel)> {
@@ -249,56 +243,35 @@ impl CudaDevice {
         })
     }
 
-    fn copy(&self, call: &str, queue: QueueId, f: impl FnOnce(CuStream) -> CuResult) -> Result<()> {
+    /// Enqueues a copy or fill on `queue`'s stream after the writes in flight on other
+    /// queues to what it `reads` or `writes`; then waits for it (the synchronous stream) or
+    /// records its write for the other streams.
+    fn copy(
+        &self,
+        call: &str,
+        queue: QueueId,
+        reads: Option<Touches>,
+        writes: Option<Touches>,
+        f: impl FnOnce(CuStream) -> CuResult,
+    ) -> Result<()> {
         self.enter()?;
         let stream = self.stream_of(queue)?;
+        for touches in [reads, writes].into_iter().flatten() {
+            self.order_after_writes(queue, stream, touches)?;
+        }
+        let timing = if queue == QueueId::SYNC { self.timing_start(stream) } else { None };
         self.check(f(stream), call)?;
         if queue == QueueId::SYNC {
-            self.sync_stream(stream, Vec::new())?;
+            let timing = timing.and_then(|t| t.stop(stream));
+            let synced = self.sync_stream(stream, Vec::new());
+            self.timing_done(timing);
+            return synced;
         }
-        Ok(())
+        match writes {
+            Some(touches) => self.note_write(queue, stream, touches),
+            None => Ok(()),
+        }
     }
-}
-
-/// The device's name, compute capability, memory and limits.
-fn properties(driver: &Driver, device: CuDevice) -> Result<DeviceProps> {
-    let get = |attribute: i32| -> Result<i32> {
-        let mut v = 0;
-        // SAFETY: writes one int for a valid device and attribute.
-        driver.check(unsafe { (driver.device_get_attribute)(&mut v, attribute, device) }, "cuDeviceGetAttribute")?;
-        Ok(v)
-    };
-    let mut name = [0 as std::ffi::c_char; 256];
-    // SAFETY: the driver writes a NUL-terminated name of at most `len` bytes.
-    let r = unsafe { (driver.device_get_name)(name.as_mut_ptr(), name.len() as i32, device) };
-    driver.check(r, "cuDeviceGetName")?;
-    name[255] = 0;
-    // SAFETY: `name` is NUL-terminated (its last byte was just set).
-    let name = unsafe { CStr::from_ptr(name.as_ptr()) }.to_string_lossy().into_owned();
-    let mut total_memory = 0usize;
-    // SAFETY: writes one size_t.
-    driver.check(unsafe { (driver.device_total_mem)(&mut total_memory, device) }, "cuDeviceTotalMem")?;
-    let mut driver_version = 0;
-    // SAFETY: writes one int.
-    driver.check(unsafe { (driver.driver_get_version)(&mut driver_version) }, "cuDriverGetVersion")?;
-    let (major, minor) = (get(attr::COMPUTE_CAPABILITY_MAJOR)?, get(attr::COMPUTE_CAPABILITY_MINOR)?);
-    let positive = |v: i32| v.max(1) as u32;
-    Ok(DeviceProps {
-        name,
-        sm: (major * 10 + minor) as u32,
-        total_memory,
-        multiprocessors: get(attr::MULTIPROCESSOR_COUNT)?,
-        max_threads_per_block: get(attr::MAX_THREADS_PER_BLOCK)?,
-        max_threads_per_multiprocessor: get(attr::MAX_THREADS_PER_MULTIPROCESSOR)?,
-        shared_memory_per_block: get(attr::MAX_SHARED_MEMORY_PER_BLOCK)?,
-        clock_khz: get(attr::CLOCK_RATE)?,
-        driver_version,
-        limits: GridLimits::nvptx(
-            positive(get(attr::MAX_GRID_DIM_X)?),
-            positive(get(attr::MAX_BLOCK_DIM_X)?),
-            positive(get(attr::WARP_SIZE)?),
-        ),
-    })
 }
 
 impl Device for CudaDevice {
@@ -333,20 +306,39 @@ impl Device for CudaDevice {
             ..e
         })?;
         let mut modules = self.modules.lock();
-        modules.push(Some(Module { handle: module as usize, bytes: owned }));
+        modules.push(Some(Module { handle: module as usize, bytes: owned, indirect_table: None }));
         let id = ImageId(modules.len() - 1);
         drop(modules);
         self.write_device_environment(id);
+        self.run_global_ctors_dtors(id, setup::Phase::Constructors).map_err(|e| PluginError {
+            reason: format!("cannot run the image's global constructors on CUDA device {}: {}", self.ordinal, e.reason),
+            ..e
+        })?;
         Ok(id)
     }
 
     fn unload_image(&self, image: ImageId) -> Result<()> {
-        let Some(m) = self.modules.lock().get_mut(image.0).and_then(Option::take) else {
+        if self.module(image).is_err() {
             return Ok(());
-        };
+        }
         self.enter()?;
+        let destructed = self.run_global_ctors_dtors(image, setup::Phase::Destructors);
+        let Some(m) = self.modules.lock().get_mut(image.0).and_then(Option::take) else {
+            return destructed;
+        };
+        if let Some(table) = m.indirect_table {
+            // SAFETY: the table was allocated by `bind_indirect_functions` for this module,
+            // whose kernels can run no more (their stream was synchronised).
+            unsafe { (self.driver.mem_free)(table as CuDevicePtr) };
+        }
         // SAFETY: the module was loaded here and was just taken out of `modules`: unloaded once.
-        self.check(unsafe { (self.driver.module_unload)(m.handle as CuModule) }, "cuModuleUnload")
+        let unloaded = self.check(unsafe { (self.driver.module_unload)(m.handle as CuModule) }, "cuModuleUnload");
+        destructed.and(unloaded)
+    }
+
+    fn bind_indirect_functions(&self, image: ImageId, functions: &[(usize, usize)]) -> Result<()> {
+        self.enter()?;
+        self.set_indirect_call_table(image, functions)
     }
 
     fn kernel(&self, image: ImageId, name: &CStr) -> Result<KernelId> {
@@ -364,7 +356,7 @@ impl Device for CudaDevice {
             .get(image.0)
             .and_then(|m| m.as_ref().and_then(|m| image::kernel_environment(&m.bytes, &text)));
         let mut kernels = self.kernels.lock();
-        kernels.push(KernelEntry { func: func as usize, kernel: Kernel { env } });
+        kernels.push(KernelEntry { func: func as usize, kernel: Kernel { env }, name: text.into_owned() });
         Ok(KernelId::new(kernels.len()))
     }
 
@@ -437,18 +429,56 @@ impl Device for CudaDevice {
     }
 
     unsafe fn copy_within(&self, dst: usize, src: usize, size: usize) -> Result<()> {
-        self.copy("cuMemcpyDtoDAsync", QueueId::SYNC, |stream| {
+        let (reads, writes) = (Touches::range(src, size), Touches::range(dst, size));
+        self.copy("cuMemcpyDtoDAsync", QueueId::SYNC, Some(reads), Some(writes), |stream| {
             // SAFETY: both ranges lie in allocations or globals of this device (the
             // caller's promise).
             unsafe { (self.driver.memcpy_dtod_async)(dst as CuDevicePtr, src as CuDevicePtr, size, stream) }
         })
     }
 
+    unsafe fn fill(&self, tgt: usize, byte: u8, size: usize) -> Result<()> {
+        self.copy("cuMemsetD8Async", QueueId::SYNC, None, Some(Touches::range(tgt, size)), |stream| {
+            // SAFETY: the device range lies in an allocation or global of this device (the
+            // caller's promise).
+            unsafe { (self.driver.memset_d8_async)(tgt as CuDevicePtr, byte, size, stream) }
+        })
+    }
+
+    fn peer(&self) -> Option<Peer> {
+        Some(Peer { backend: PEER_BACKEND, handle: self.context })
+    }
+
+    unsafe fn copy_to_peer(&self, peer: Peer, dst: usize, src: usize, size: usize) -> Option<Result<()>> {
+        if peer.backend != PEER_BACKEND {
+            return None;
+        }
+        Some(self.copy("cuMemcpyPeerAsync", QueueId::SYNC, Some(Touches::range(src, size)), None, |stream| {
+            // SAFETY: the source range lies in this device's memory and the destination in
+            // that of the open CUDA device whose primary context `peer.handle` is (the
+            // caller's promise); the stream is synchronised before this returns.
+            unsafe {
+                (self.driver.memcpy_peer_async)(
+                    dst as CuDevicePtr,
+                    peer.handle as CuContext,
+                    src as CuDevicePtr,
+                    self.context as CuContext,
+                    size,
+                    stream,
+                )
+            }
+        }))
+    }
+
     unsafe fn launch(&self, kernel: KernelId, args: &[usize], config: &LaunchConfig) -> Result<()> {
         let mut frees = Vec::new();
+        let stream = self.stream as CuStream;
+        let timing = self.timing_start(stream);
         // SAFETY: the caller's promise, passed on; the stream is synchronised below.
-        let launched = unsafe { self.launch_on(kernel, args, config, self.stream as CuStream, &mut frees) };
-        let synced = self.sync_stream(self.stream as CuStream, frees);
+        let launched = unsafe { self.launch_on(kernel, args, config, QueueId::SYNC, &mut frees) };
+        let timing = timing.filter(|_| launched.is_ok()).and_then(|t| t.stop(stream));
+        let synced = self.sync_stream(stream, frees);
+        self.timing_done(timing);
         launched.and(synced)
     }
 
@@ -478,6 +508,10 @@ impl Device for CudaDevice {
         })
     }
 
+    fn device_time(&self) -> Option<std::time::Duration> {
+        self.last_device_time()
+    }
+
     fn launch_shape(&self, kernel: KernelId, config: &LaunchConfig) -> Option<LaunchShape> {
         let (_, k) = self.kernel_entry(kernel).ok()?;
         Some(launch_rules::shape(&k, &self.props.limits, config))
@@ -488,13 +522,11 @@ impl Device for CudaDevice {
         let mut stream: CuStream = std::ptr::null_mut();
         // SAFETY: writes one stream of the current context.
         self.check(unsafe { (self.driver.stream_create)(&mut stream, CU_STREAM_NON_BLOCKING) }, "cuStreamCreate")?;
-        let mut queues = self.queues.lock();
-        queues.push((stream as usize, Vec::new()));
-        Ok(QueueId(queues.len()))
+        Ok(self.streams.lock().add(stream as usize))
     }
 
     unsafe fn submit_async(&self, tgt: usize, host: usize, size: usize, queue: QueueId) -> Result<()> {
-        self.copy("cuMemcpyHtoDAsync", queue, |stream| {
+        self.copy("cuMemcpyHtoDAsync", queue, None, Some(Touches::range(tgt, size)), |stream| {
             // SAFETY: the caller vouches for the host range until the queue is synchronised
             // and for the device range.
             unsafe { (self.driver.memcpy_htod_async)(tgt as CuDevicePtr, host as *const c_void, size, stream) }
@@ -502,7 +534,7 @@ impl Device for CudaDevice {
     }
 
     unsafe fn retrieve_async(&self, host: usize, tgt: usize, size: usize, queue: QueueId) -> Result<()> {
-        self.copy("cuMemcpyDtoHAsync", queue, |stream| {
+        self.copy("cuMemcpyDtoHAsync", queue, Some(Touches::range(tgt, size)), None, |stream| {
             // SAFETY: as for `submit_async`, the host range writable.
             unsafe { (self.driver.memcpy_dtoh_async)(host as *mut c_void, tgt as CuDevicePtr, size, stream) }
         })
@@ -519,45 +551,24 @@ impl Device for CudaDevice {
             // SAFETY: the caller's promise.
             return unsafe { self.launch(kernel, args, config) };
         }
-        let stream = self.stream_of(queue)?;
         let mut frees = Vec::new();
         // SAFETY: the caller's promise, valid until the queue is synchronised.
-        let launched = unsafe { self.launch_on(kernel, args, config, stream, &mut frees) };
-        if let Some(q) = self.queues.lock().get_mut(queue.0 - 1) {
-            q.1.extend(frees);
-        }
+        let launched = unsafe { self.launch_on(kernel, args, config, queue, &mut frees) };
+        self.streams.lock().free_after(queue, frees);
         launched
     }
 
     fn synchronize(&self, queue: QueueId) -> Result<()> {
         self.enter()?;
         let stream = self.stream_of(queue)?;
-        let frees = match queue {
-            QueueId::SYNC => Vec::new(),
-            q => self.queues.lock().get_mut(q.0 - 1).map(|q| std::mem::take(&mut q.1)).unwrap_or_default(),
-        };
-        self.sync_stream(stream, frees)
-    }
-}
-
-impl CudaDevice {
-    /// Writes the device runtime's `__omp_rtl_device_environment` (LLVM's
-    /// `DeviceEnvironmentTy`) where the image has one: device number, count, dynamic memory
-    /// size, clock. A missing one is not an error (LLVM only notes it in debug output).
-    fn write_device_environment(&self, image: ImageId) {
-        let Ok(g) = self.global(image, c"__omp_rtl_device_environment") else { return };
-        // { u32 DeviceDebugKind, NumDevices, DeviceNum, DynamicMemSize; u64 ClockFrequency;
-        //   uintptr IndirectCallTable; u64 IndirectCallTableSize; u64 HardwareParallelism }
-        let mut env = [0u8; 48];
-        env[4..8].copy_from_slice(&(self.settings.num_devices as u32).to_le_bytes());
-        env[8..12].copy_from_slice(&(self.ordinal as u32).to_le_bytes());
-        env[12..16].copy_from_slice(&self.settings.shared_memory_size.to_le_bytes());
-        env[16..24].copy_from_slice(&(self.props.clock_khz as u64 * 1000).to_le_bytes());
-        let parallelism = self.props.multiprocessors as u64 * self.props.max_threads_per_multiprocessor as u64;
-        env[40..48].copy_from_slice(&parallelism.to_le_bytes());
-        let size = if g.size == 0 { env.len() } else { g.size.min(env.len()) };
-        // SAFETY: `g` is the image's global of `g.size` bytes, and `env` is readable host memory.
-        let _ = unsafe { self.submit(g.addr, env.as_ptr() as usize, size) };
+        let (events, frees) = self.streams.lock().done(queue);
+        let synced = self.sync_stream(stream, frees);
+        for event in events {
+            // SAFETY: the event was created on this context and recorded on `stream`, which
+            // is done; it was just taken out of the bookkeeping, so nothing waits on it again.
+            unsafe { (self.driver.event_destroy)(event as CuEvent) };
+        }
+        synced
     }
 }
 
@@ -566,10 +577,14 @@ impl Drop for CudaDevice {
         if self.lost.get().is_some() || self.enter().is_err() {
             return;
         }
-        // SAFETY: the streams were created on this context and are destroyed once, here;
-        // then the primary context retained at open is released.
+        // SAFETY: the events and streams were created on this context and are destroyed
+        // once, here; then the primary context retained at open is released.
         unsafe {
-            for (s, _) in self.queues.get_mut().drain(..) {
+            let (streams, events) = self.streams.get_mut().drain();
+            for e in events {
+                (self.driver.event_destroy)(e as CuEvent);
+            }
+            for s in streams {
                 (self.driver.stream_destroy)(s as CuStream);
             }
             (self.driver.stream_destroy)(self.stream as CuStream);
