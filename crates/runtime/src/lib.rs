@@ -12,6 +12,7 @@ pub mod construct;
 pub mod data;
 pub mod debug;
 pub mod device;
+pub mod error;
 pub mod info;
 pub mod launch;
 pub mod map_type;

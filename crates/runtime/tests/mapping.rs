@@ -51,7 +51,7 @@ fn exit(rt: &Runtime, m: &mut Maps) {
 }
 
 fn tgt(rt: &Runtime, p: usize) -> usize {
-    rt.mapped_ptr(p, 0)
+    rt.mapped_ptr(p, 0).expect("device 0 exists")
 }
 
 #[test]
@@ -75,12 +75,12 @@ fn dynamic_count_copies_on_first_and_last_reference() {
     // SAFETY: the test's arrays named here outlive the constructs that map them.
     exit(&rt, &mut unsafe { Maps::new() }.add(px, px, 16, FROM));
     assert_eq!(x[0], 50);
-    assert_eq!(rt.is_present(px as usize, 0), 1);
+    assert_eq!(rt.is_present(px as usize, 0).unwrap(), 1);
     // Last exit copies back and frees.
     // SAFETY: the test's arrays named here outlive the constructs that map them.
     exit(&rt, &mut unsafe { Maps::new() }.add(px, px, 16, FROM));
     assert_eq!(x[0], 9);
-    assert_eq!(rt.is_present(px as usize, 0), 0);
+    assert_eq!(rt.is_present(px as usize, 0).unwrap(), 0);
     assert_eq!(dev.live_allocations(), 1, "only the cached block in the memory manager remains");
 }
 
@@ -95,10 +95,10 @@ fn hold_count_keeps_data_after_dynamic_release_and_delete() {
     enter(&rt, &mut unsafe { Maps::new() }.add(p, p, 32, TO));
     // SAFETY: the test's arrays named here outlive the constructs that map them.
     exit(&rt, &mut unsafe { Maps::new() }.add(p, p, 32, DELETE));
-    assert_eq!(rt.is_present(p as usize, 0), 1, "delete does not override a hold reference");
+    assert_eq!(rt.is_present(p as usize, 0).unwrap(), 1, "delete does not override a hold reference");
     // SAFETY: the test's arrays named here outlive the constructs that map them.
     exit(&rt, &mut unsafe { Maps::new() }.add(p, p, 32, OMPX_HOLD));
-    assert_eq!(rt.is_present(p as usize, 0), 0);
+    assert_eq!(rt.is_present(p as usize, 0).unwrap(), 0);
 }
 
 #[test]
@@ -119,7 +119,7 @@ fn explicit_extension_fails_implicit_extension_reuses() {
     // SAFETY: the test's arrays named here outlive the constructs that map them.
     let mut implicit = unsafe { Maps::new() }.add(q, q, 32, TO | IMPLICIT);
     rt.data_begin(&dev, &mut implicit.args(), false, &mut ConstructState::default()).unwrap();
-    assert_eq!(rt.mapped_ptr(q as usize, 0), rt.mapped_ptr(p as usize, 0) + 16);
+    assert_eq!(rt.mapped_ptr(q as usize, 0).unwrap(), rt.mapped_ptr(p as usize, 0).unwrap() + 16);
 }
 
 #[test]
@@ -131,7 +131,7 @@ fn present_modifier_fails_on_unmapped_data() {
     // SAFETY: the test's arrays named here outlive the constructs that map them.
     let mut m = unsafe { Maps::new() }.add(p, p, 8, TO | PRESENT);
     assert!(rt.data_begin(&dev, &mut m.args(), false, &mut ConstructState::default()).is_err());
-    assert_eq!(rt.is_present(p as usize, 0), 0);
+    assert_eq!(rt.is_present(p as usize, 0).unwrap(), 0);
 }
 
 #[repr(C)]
@@ -167,7 +167,7 @@ fn pointer_member_is_attached_and_restored() {
     assert_eq!(buf[0], 99);
     // Copying the struct back brought the device pointer; the shadow restored the host one.
     assert_eq!(h.data, bufp);
-    assert_eq!(rt.is_present(hp as usize, 0), 0);
+    assert_eq!(rt.is_present(hp as usize, 0).unwrap(), 0);
 }
 
 #[test]
@@ -201,7 +201,7 @@ fn deletion_waits_for_the_end_of_the_construct() {
     // SAFETY: the test's arrays named here outlive the constructs that map them.
     exit(&rt, &mut unsafe { Maps::new() }.add(p, p, 16, FROM).add(p, p, 16, FROM | ALWAYS));
     assert_eq!(x[0], 42);
-    assert_eq!(rt.is_present(p as usize, 0), 0);
+    assert_eq!(rt.is_present(p as usize, 0).unwrap(), 0);
 }
 
 #[test]
