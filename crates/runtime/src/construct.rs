@@ -22,7 +22,10 @@ impl Runtime {
             }
         };
         let scope = self.enter_construct(TargetKind::Target, dev.id, loc, "Entering OpenMP kernel", &launch.args);
-        let outcome = self.target(&dev, loc, host_ptr, launch).map_err(|e| report(&e)).map_err(|()| Failed);
+        let outcome = self.target(&dev, loc, host_ptr, launch).map_err(|e| {
+            report(&e);
+            Failed
+        });
         self.leave_construct(scope);
         if outcome.is_err() {
             report(&Abandoned::Target);
@@ -94,7 +97,10 @@ impl Runtime {
             Directive::End => self.data_end(&dev, args, false),
             Directive::Update => self.data_update(&dev, args),
         };
-        let outcome = outcome.map_err(|e| report(&e)).map_err(|()| Failed);
+        let outcome = outcome.map_err(|e| {
+            report(&e);
+            Failed
+        });
         self.leave_construct(scope);
         if outcome.is_err() {
             report(&Abandoned::Data(match which {

@@ -464,3 +464,60 @@ impl InFlight {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Config, Descriptor, MapperComponents, OpenMpHost};
+    use omp_plugin::mock::{MockPlugin, SharedMock};
+
+    struct Host;
+
+    impl OpenMpHost for Host {
+        fn target_offload(&self) -> i32 {
+            1
+        }
+        fn default_device(&self) -> i32 {
+            0
+        }
+        fn call_mapper(&self, _: usize, _: usize, _: usize, _: i64, _: i64, _: usize) -> MapperComponents {
+            MapperComponents::default()
+        }
+    }
+
+    #[test]
+    fn a_region_whose_kernel_no_image_provides_is_a_no_kernel_value() {
+        let rt = Runtime::new(Config::default(), Box::new(Host), vec![Box::new(MockPlugin(SharedMock::default()))]);
+        // SAFETY: no entries, so nothing of the program's to vouch for.
+        unsafe {
+            rt.register_lib(Descriptor {
+                key: 1,
+                images: vec![crate::BinaryImage { bytes: b"MOCK image".as_slice().into() }],
+                entries: Vec::new(),
+                layout: omp_format::EntryLayout::V1,
+            })
+        };
+        let dev = rt.device(0).expect("the mock device");
+        let (mut bases, begins, sizes, types) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        // SAFETY: no entries.
+        let args = unsafe { MapArgs::new(&mut bases, &begins, &sizes, &types, None, None) };
+        let mut launch = KernelLaunch {
+            version: 3,
+            args,
+            num_teams: 1,
+            thread_limit: 1,
+            tripcount: 0,
+            nowait: false,
+            teams_yz: [0; 2],
+            threads_yz: [0; 2],
+            dyn_group_mem: 0,
+        };
+        let launched = rt.target(&dev, Loc::NONE, 0x1234, &mut launch);
+        assert_eq!(launched, Err(LaunchError::NoKernel { host_ptr: 0x1234 }));
+        assert_eq!(
+            launched.unwrap_err().to_string(),
+            "Host ptr 0x0000000000001234 does not have a matching target pointer."
+        );
+        assert!(std::mem::size_of::<LaunchError>() <= 48, "a launch's error stays small");
+    }
+}

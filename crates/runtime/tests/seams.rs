@@ -231,7 +231,11 @@ fn an_indirect_function_that_cannot_be_read_is_a_load_error_value() {
     };
     mock.0.lose("worker process exited (signal 9)");
     let dev = rt.device(0).expect("device 0");
-    assert_eq!(rt.ensure_loaded(&dev), Err(LoadError::IndirectFunction("fp".into())));
+    let loaded = rt.ensure_loaded(&dev);
+    assert_eq!(loaded, Err(LoadError::IndirectFunction("fp".into())));
+    // A construct gives the failure its device and the line users know.
+    let refused = omp_runtime::SelectError::Load { device: 0, error: loaded.unwrap_err() };
+    assert_eq!(refused.to_string(), "Failed to init globals on device 0: cannot read indirect function fp");
     assert_eq!(dev.lost(), Some("worker process exited (signal 9)"), "the failed read found the device lost");
 }
 
