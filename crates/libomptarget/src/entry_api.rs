@@ -3,6 +3,7 @@
 use crate::abi::slice;
 use crate::{guard, rt};
 use omp_plugin::AllocKind;
+use omp_runtime::api::{MemoryApiError, FAIL};
 use std::ffi::{c_char, c_void, CStr, CString};
 use std::sync::OnceLock;
 
@@ -22,12 +23,20 @@ pub extern "C" fn omp_get_device_num() -> i32 {
     guard("omp_get_device_num", 0, || rt().initial_device())
 }
 
-fn alloc(size: usize, dev: i32, kind: AllocKind, call: &str) -> *mut c_void {
-    guard(call, 0, || rt().target_alloc(size, dev, kind, call)) as *mut c_void
+/// A memory API call's answer: its value, or its error reported and `fail` returned.
+fn answer<T>(r: Result<T, MemoryApiError>, fail: T) -> T {
+    r.unwrap_or_else(|e| {
+        omp_runtime::error::report(&e);
+        fail
+    })
 }
 
-fn free(ptr: *mut c_void, dev: i32, kind: AllocKind, call: &str) {
-    guard(call, (), || rt().target_free(ptr as usize, dev, kind, call))
+fn alloc(size: usize, dev: i32, kind: AllocKind, call: &'static str) -> *mut c_void {
+    guard(call, 0, || answer(rt().target_alloc(size, dev, kind, call), 0)) as *mut c_void
+}
+
+fn free(ptr: *mut c_void, dev: i32, kind: AllocKind, call: &'static str) {
+    guard(call, (), || answer(rt().target_free(ptr as usize, dev, kind, call), ()))
 }
 
 #[no_mangle]
@@ -87,17 +96,17 @@ pub extern "C" fn llvm_omp_target_unlock_mem(_ptr: *mut c_void, _dev: i32) {}
 
 #[no_mangle]
 pub extern "C" fn omp_target_is_present(ptr: *const c_void, dev: i32) -> i32 {
-    guard("omp_target_is_present", 0, || rt().is_present(ptr as usize, dev))
+    guard("omp_target_is_present", 0, || answer(rt().is_present(ptr as usize, dev), 0))
 }
 
 #[no_mangle]
 pub extern "C" fn omp_target_is_accessible(ptr: *const c_void, size: usize, dev: i32) -> i32 {
-    guard("omp_target_is_accessible", 0, || rt().is_accessible(ptr as usize, size, dev))
+    guard("omp_target_is_accessible", 0, || answer(rt().is_accessible(ptr as usize, size, dev), 0))
 }
 
 #[no_mangle]
 pub extern "C" fn omp_get_mapped_ptr(ptr: *const c_void, dev: i32) -> *mut c_void {
-    guard("omp_get_mapped_ptr", 0, || rt().mapped_ptr(ptr as usize, dev)) as *mut c_void
+    guard("omp_get_mapped_ptr", 0, || answer(rt().mapped_ptr(ptr as usize, dev), 0)) as *mut c_void
 }
 
 #[no_mangle]
@@ -113,7 +122,8 @@ pub unsafe extern "C" fn omp_target_memcpy(
     guard("omp_target_memcpy", -1, || {
         // SAFETY: `omp_target_memcpy`'s contract: a host side is program memory the caller
         // names for this copy.
-        unsafe { rt().memcpy(dst as usize, src as usize, len, dst_off, src_off, dst_dev, src_dev) }
+        let copied = unsafe { rt().memcpy(dst as usize, src as usize, len, dst_off, src_off, dst_dev, src_dev) };
+        answer(copied.map(|()| 0), FAIL)
     })
 }
 
@@ -141,8 +151,8 @@ pub unsafe extern "C" fn omp_target_memcpy_rect(
         || dst_dims.is_null()
         || src_dims.is_null()
     {
-        omp_runtime::info::error(format_args!("Call to omp_target_memcpy_rect with invalid arguments"));
-        return -1;
+        omp_runtime::error::report(&MemoryApiError::RectArguments);
+        return FAIL;
     }
     guard("omp_target_memcpy_rect", -1, || {
         // SAFETY: the five arrays hold `dims` elements each (OpenMP API contract; non-null checked).
@@ -157,7 +167,9 @@ pub unsafe extern "C" fn omp_target_memcpy_rect(
         };
         // SAFETY: `omp_target_memcpy_rect`'s contract: a host side is program memory holding
         // the sub-volume described.
-        unsafe { rt().memcpy_rect(dst as usize, src as usize, elem, v, dof, sof, dd, sd, dst_dev, src_dev) }
+        let copied =
+            unsafe { rt().memcpy_rect(dst as usize, src as usize, elem, v, dof, sof, dd, sd, dst_dev, src_dev) };
+        answer(copied.map(|()| 0), FAIL)
     })
 }
 
@@ -244,7 +256,9 @@ pub unsafe extern "C" fn omp_target_memset(ptr: *mut c_void, byte: i32, len: usi
     guard("omp_target_memset", ptr as usize, || {
         // SAFETY: `omp_target_memset`'s contract: on the host, `ptr` names `len` writable
         // bytes of the program's.
-        unsafe { rt().memset(ptr as usize, byte, len, dev) }
+        let filled = unsafe { rt().memset(ptr as usize, byte, len, dev) };
+        answer(filled, ());
+        ptr as usize
     }) as *mut c_void
 }
 
@@ -270,12 +284,14 @@ pub extern "C" fn omp_target_associate_ptr(
     offset: usize,
     dev: i32,
 ) -> i32 {
-    guard("omp_target_associate_ptr", -1, || rt().associate_ptr(host as usize, tgt as usize, size, offset, dev))
+    guard("omp_target_associate_ptr", FAIL, || {
+        answer(rt().associate_ptr(host as usize, tgt as usize, size, offset, dev).map(|()| 0), FAIL)
+    })
 }
 
 #[no_mangle]
 pub extern "C" fn omp_target_disassociate_ptr(host: *const c_void, dev: i32) -> i32 {
-    guard("omp_target_disassociate_ptr", -1, || rt().disassociate_ptr(host as usize, dev))
+    guard("omp_target_disassociate_ptr", FAIL, || answer(rt().disassociate_ptr(host as usize, dev).map(|()| 0), FAIL))
 }
 
 /// Device UIDs as the runtime names them (`omp_runtime::compose`), the host's last.

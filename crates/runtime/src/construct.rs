@@ -3,27 +3,32 @@
 //! itself is in `launch.rs` (kernels) and `data.rs` (mapping).
 
 use crate::data::{ConstructState, Directive, MapArgs};
+use crate::error::{report, Abandoned};
 use crate::launch::{KernelLaunch, OFFLOAD_FAIL, OFFLOAD_SUCCESS};
 use crate::trace::{self, Event, TargetKind};
-use crate::{info, DeviceCtx, Failed, Loc, Runtime, Target};
+use crate::{DeviceCtx, Failed, Loc, Runtime, Target};
 
 impl Runtime {
-    /// `__tgt_target_kernel`.
+    /// `__tgt_target_kernel`. A failure is reported here: its step's lines, then (after the
+    /// construct's end) the line that gives the region up.
     pub fn target_kernel(&self, loc: Loc, device_id: i64, host_ptr: usize, launch: &mut KernelLaunch) -> i32 {
         let dev = match self.check_device(device_id, loc) {
             Ok(Target::Device(d)) => d,
             Ok(Target::Host) => return OFFLOAD_FAIL,
             Err(e) => {
-                e.report();
+                report(&e);
                 self.handle_outcome(Err(Failed), loc);
                 return OFFLOAD_FAIL;
             }
         };
         let scope = self.enter_construct(TargetKind::Target, dev.id, loc, "Entering OpenMP kernel", &launch.args);
-        let outcome = self.target(&dev, loc, host_ptr, launch);
+        let outcome = self.target(&dev, loc, host_ptr, launch).map_err(|e| {
+            report(&e);
+            Failed
+        });
         self.leave_construct(scope);
         if outcome.is_err() {
-            info::error(format_args!("Executing target region abort target."));
+            report(&Abandoned::Target);
         }
         self.after_construct(&dev, loc);
         self.handle_outcome(outcome, loc);
@@ -62,13 +67,14 @@ impl Runtime {
     }
 
     /// A data directive (`target data` begin/end, `enter`/`exit data`, `update`), including
-    /// device selection, INFO output and the outcome policy.
+    /// device selection, INFO output and the outcome policy. A failure is reported here, as
+    /// for a `target` region.
     pub fn data_directive(&self, loc: Loc, device_id: i64, args: &mut MapArgs, which: Directive, nowait: bool) {
         let dev = match self.check_device(device_id, loc) {
             Ok(crate::Target::Device(d)) => d,
             Ok(crate::Target::Host) => return,
             Err(e) => {
-                e.report();
+                report(&e);
                 return self.handle_outcome(Err(Failed), loc);
             }
         };
@@ -91,14 +97,17 @@ impl Runtime {
             Directive::End => self.data_end(&dev, args, false),
             Directive::Update => self.data_update(&dev, args),
         };
+        let outcome = outcome.map_err(|e| {
+            report(&e);
+            Failed
+        });
         self.leave_construct(scope);
         if outcome.is_err() {
-            let what = match which {
+            report(&Abandoned::Data(match which {
                 Directive::Begin => "targetDataBegin",
                 Directive::End => "targetDataEnd",
                 Directive::Update => "targetDataUpdate",
-            };
-            info::error(format_args!("Call to {what} failed, abort target."));
+            }));
         }
         self.after_construct(&dev, loc);
         self.handle_outcome(outcome, loc);

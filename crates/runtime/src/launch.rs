@@ -1,12 +1,15 @@
 //! `#pragma omp target`: map the data, build the kernel's arguments, launch, unmap.
 
-use crate::data::{ConstructState, MapArgs};
+use crate::data::{ConstructState, MapArgs, MapError};
+use crate::device::{DeviceError, LostWhile};
+use crate::error::{diagnostic_display, report, Diagnostic, Lines};
 use crate::map_type::{self as mt, has, member_of};
 use crate::table::Lookup;
 use crate::trace::Event;
-use crate::{info, DeviceCtx, Failed, Loc, Outcome, Runtime};
+use crate::{info, DeviceCtx, Loc, Runtime};
 use omp_plugin::{AllocKind, ImageId, LaunchConfig};
 use omp_sync::Mutex;
+use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -31,23 +34,133 @@ pub const OFFLOAD_SUCCESS: i32 = 0;
 /// Tells the caller to run the host version of the region.
 pub const OFFLOAD_FAIL: i32 = -1;
 
+/// Why a `target` region failed on its device. Small: what only a failure needs (names,
+/// places) is boxed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum LaunchError {
+    /// No image on the device provides the region's kernel (`host_ptr`: its region id).
+    NoKernel { host_ptr: usize },
+    /// Mapping the region's data before the launch failed.
+    MapBefore { source: MapError, region: Box<FailedRegion> },
+    /// Building the kernel's arguments failed (a firstprivate's or a member pointer's copy).
+    Arguments(MapError),
+    /// Device memory for a firstprivate could not be allocated.
+    Firstprivate(Box<DeviceError>),
+    /// The kernel failed.
+    Kernel(Box<FailedKernel>),
+    /// Copying the region's data back after the launch failed.
+    MapAfter { source: MapError, region: Box<FailedRegion> },
+}
+
+/// Which region failed, where (`at`: `at file:line:col `, or empty when unknown).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FailedRegion {
+    pub at: String,
+    pub kernel: String,
+    pub device: i32,
+}
+
+/// A kernel that failed, at `place` (`file:line:col`, or as near as is known).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FailedKernel {
+    pub name: String,
+    pub place: String,
+    pub source: DeviceError,
+}
+
+impl From<MapError> for LaunchError {
+    fn from(e: MapError) -> Self {
+        LaunchError::Arguments(e)
+    }
+}
+
+impl FailedRegion {
+    fn write_lines(&self, out: &mut Lines<'_>, step: &str) -> fmt::Result {
+        let FailedRegion { at, kernel, device } = self;
+        out.error(format_args!("target region {at}(kernel {kernel}, device {device}) failed while {step}"))
+    }
+}
+
+impl Diagnostic for LaunchError {
+    fn write_lines(&self, out: &mut Lines<'_>) -> fmt::Result {
+        match self {
+            LaunchError::NoKernel { host_ptr } => {
+                out.error(format_args!("Host ptr 0x{host_ptr:016x} does not have a matching target pointer."))
+            }
+            LaunchError::MapBefore { source, region } => {
+                source.write_lines(out)?;
+                out.error(format_args!("Call to targetDataBegin failed, abort target."))?;
+                out.error(format_args!("Failed to process data before launching the kernel."))?;
+                region.write_lines(out, "mapping its data before the launch")
+            }
+            LaunchError::Arguments(source) => source.write_lines(out),
+            LaunchError::Firstprivate(source) => {
+                out.error(format_args!("Data allocation for firstprivate failed: {source}"))?;
+                source.write_lost_during_op(out)
+            }
+            LaunchError::Kernel(k) => {
+                let FailedKernel { name, place, source } = &**k;
+                out.error(format_args!("Kernel {name} at {place} failed: {source}"))?;
+                source.write_lost(out, format_args!("running kernel {name} at {place}"))
+            }
+            LaunchError::MapAfter { source, region } => {
+                source.write_lines(out)?;
+                out.error(format_args!("Call to targetDataEnd failed, abort target."))?;
+                out.error(format_args!("Failed to process data after launching the kernel."))?;
+                region.write_lines(out, "copying its data back after the launch")
+            }
+        }
+    }
+}
+
+/// A region of an unregistered binary, skipped (the program goes on): `first` adds why,
+/// once per process.
+struct SkippedRegion {
+    loc: Loc,
+    first: bool,
+}
+
+impl Diagnostic for SkippedRegion {
+    fn write_lines(&self, out: &mut Lines<'_>) -> fmt::Result {
+        let why = if self.first {
+            " (the program is exiting or its library was closed) while the region was still pending; wait for nowait target tasks (taskwait) before returning from main or closing the library"
+        } else {
+            ""
+        };
+        out.error(format_args!("target region at {} skipped: its binary was unregistered{why}", self.loc.parse()))
+    }
+}
+
+/// An image that could not be unloaded (the program goes on).
+struct UnloadFailed(i32, DeviceError);
+
+impl Diagnostic for UnloadFailed {
+    fn write_lines(&self, out: &mut Lines<'_>) -> fmt::Result {
+        out.error(format_args!("device {}: {}", self.0, self.1))?;
+        self.1.write_lost_during_op(out)
+    }
+}
+
+diagnostic_display!(LaunchError);
+
 impl Runtime {
     /// A `target` region on a device: map, launch, unmap.
-    pub(crate) fn target(&self, dev: &DeviceCtx, loc: Loc, host_ptr: usize, launch: &mut KernelLaunch) -> Outcome {
+    pub(crate) fn target(
+        &self,
+        dev: &DeviceCtx,
+        loc: Loc,
+        host_ptr: usize,
+        launch: &mut KernelLaunch,
+    ) -> Result<(), LaunchError> {
         let _launching = self.in_flight.enter();
         let Some(kernel) = dev.kernel(host_ptr) else {
             if self.registry.read().retired.contains(&host_ptr) {
                 static EXPLAINED: AtomicBool = AtomicBool::new(false);
-                let why = if EXPLAINED.swap(true, Ordering::Relaxed) {
-                    ""
-                } else {
-                    " (the program is exiting or its library was closed) while the region was still pending; wait for nowait target tasks (taskwait) before returning from main or closing the library"
-                };
-                info::error(format_args!("target region at {} skipped: its binary was unregistered{why}", loc.parse()));
+                // Not a failure: the program goes on, so it is said here.
+                report(&SkippedRegion { loc, first: !EXPLAINED.swap(true, Ordering::Relaxed) });
                 return Ok(());
             }
-            info::error(format_args!("Host ptr 0x{host_ptr:016x} does not have a matching target pointer."));
-            return Err(Failed);
+            return Err(LaunchError::NoKernel { host_ptr });
         };
         let n = launch.args.len();
         let mut buffers = LaunchBuffers::take();
@@ -56,13 +169,10 @@ impl Runtime {
         // allocation on an unobserved launch).
         let mut host_args: Vec<usize> = Vec::new();
         let record_host = self.observing();
-        let result = (|| -> Outcome {
+        let result = (|| -> Result<(), LaunchError> {
             if n > 0 {
-                if self.data_begin(dev, &mut launch.args, false, state).is_err() {
-                    info::error(format_args!("Call to targetDataBegin failed, abort target."));
-                    info::error(format_args!("Failed to process data before launching the kernel."));
-                    self.explain_kernel_failure(dev, loc, host_ptr, "mapping its data before the launch");
-                    return Err(Failed);
+                if let Err(source) = self.data_begin(dev, &mut launch.args, false, state) {
+                    return Err(LaunchError::MapBefore { source, region: self.failed_region(dev, loc, host_ptr) });
                 }
                 self.kernel_arguments(
                     dev,
@@ -103,26 +213,22 @@ impl Runtime {
             };
             // SAFETY: `kernel` was resolved on this device from the image's offload entry, and
             // `tgt_args` are what the compiler's argument arrays map to on this device.
-            unsafe { dev.launch(self, kernel, tgt_args, &config, kernel_event) }.map_err(|e| {
+            unsafe { dev.launch(self, kernel, tgt_args, &config, kernel_event) }.map_err(|source| {
                 let name = self.kernel_name(host_ptr).unwrap_or_default();
-                let l = construct_place(loc, &name, &launch.args);
-                e.report_while(
-                    format_args!("Kernel {name} at {l} failed: {e}"),
-                    format_args!("running kernel {name} at {l}"),
-                );
-                Failed
+                let place = construct_place(loc, &name, &launch.args);
+                LaunchError::Kernel(Box::new(FailedKernel { name, place, source }))
             })?;
-            if n > 0 && self.data_end(dev, &mut launch.args, false).is_err() {
-                info::error(format_args!("Call to targetDataEnd failed, abort target."));
-                info::error(format_args!("Failed to process data after launching the kernel."));
-                self.explain_kernel_failure(dev, loc, host_ptr, "copying its data back after the launch");
-                return Err(Failed);
+            if n > 0 {
+                if let Err(source) = self.data_end(dev, &mut launch.args, false) {
+                    return Err(LaunchError::MapAfter { source, region: self.failed_region(dev, loc, host_ptr) });
+                }
             }
             Ok(())
         })();
         for p in privates.drain(..) {
             if let Err(e) = dev.free_sized(p.0, p.1, AllocKind::Default) {
-                e.report_lost(format_args!("freeing memory"));
+                // The region's outcome does not change: a lost device is said here.
+                report(&LostWhile(&e));
             }
         }
         buffers.give_back();
@@ -146,12 +252,12 @@ impl Runtime {
         });
     }
 
-    /// One line that says which kernel failed, where, and in which step.
-    fn explain_kernel_failure(&self, dev: &DeviceCtx, loc: Loc, host_ptr: usize, step: &str) {
-        let name = self.kernel_name(host_ptr).unwrap_or_else(|| format!("0x{host_ptr:x}"));
+    /// Which kernel failed, and where (for the line that names the failed step).
+    fn failed_region(&self, dev: &DeviceCtx, loc: Loc, host_ptr: usize) -> Box<FailedRegion> {
+        let kernel = self.kernel_name(host_ptr).unwrap_or_else(|| format!("0x{host_ptr:x}"));
         let l = loc.parse();
         let at = if l.is_known() { format!("at {l} ") } else { String::new() };
-        info::error(format_args!("target region {at}(kernel {name}, device {}) failed while {step}", dev.id));
+        Box::new(FailedRegion { at, kernel, device: dev.id })
     }
 
     /// Builds the kernel's argument vector from the TARGET_PARAM entries, and applies
@@ -166,7 +272,7 @@ impl Runtime {
         out: &mut Vec<usize>,
         mut host_out: Option<&mut Vec<usize>>,
         privates: &mut Vec<(usize, usize)>,
-    ) -> Outcome {
+    ) -> Result<(), LaunchError> {
         let n = args.len();
         for i in 0..n {
             let ty = args.types[i];
@@ -203,10 +309,8 @@ impl Runtime {
                 (base, base)
             } else if has(ty, mt::PRIVATE) {
                 let size = args.sizes[i].max(0) as usize;
-                let storage = dev.alloc(size.max(1), AllocKind::Default).map_err(|e| {
-                    e.report(format_args!("Data allocation for firstprivate failed: {e}"));
-                    Failed
-                })?;
+                let storage =
+                    dev.alloc(size.max(1), AllocKind::Default).map_err(|e| LaunchError::Firstprivate(Box::new(e)))?;
                 privates.push((storage, size.max(1)));
                 if has(ty, mt::TO) && size > 0 {
                     // SAFETY: a firstprivate's (begin, size) is the program's variable, named
@@ -355,8 +459,65 @@ impl InFlight {
         };
         for (dev, image) in images {
             if let Err(e) = dev.unload_image(image) {
-                e.report(format_args!("device {}: {e}", dev.id));
+                report(&UnloadFailed(dev.id, e));
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::{Config, Descriptor, MapperComponents, OpenMpHost};
+    use omp_plugin::mock::{MockPlugin, SharedMock};
+
+    struct Host;
+
+    impl OpenMpHost for Host {
+        fn target_offload(&self) -> i32 {
+            1
+        }
+        fn default_device(&self) -> i32 {
+            0
+        }
+        fn call_mapper(&self, _: usize, _: usize, _: usize, _: i64, _: i64, _: usize) -> MapperComponents {
+            MapperComponents::default()
+        }
+    }
+
+    #[test]
+    fn a_region_whose_kernel_no_image_provides_is_a_no_kernel_value() {
+        let rt = Runtime::new(Config::default(), Box::new(Host), vec![Box::new(MockPlugin(SharedMock::default()))]);
+        // SAFETY: no entries, so nothing of the program's to vouch for.
+        unsafe {
+            rt.register_lib(Descriptor {
+                key: 1,
+                images: vec![crate::BinaryImage { bytes: b"MOCK image".as_slice().into() }],
+                entries: Vec::new(),
+                layout: omp_format::EntryLayout::V1,
+            })
+        };
+        let dev = rt.device(0).expect("the mock device");
+        let (mut bases, begins, sizes, types) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+        // SAFETY: no entries.
+        let args = unsafe { MapArgs::new(&mut bases, &begins, &sizes, &types, None, None) };
+        let mut launch = KernelLaunch {
+            version: 3,
+            args,
+            num_teams: 1,
+            thread_limit: 1,
+            tripcount: 0,
+            nowait: false,
+            teams_yz: [0; 2],
+            threads_yz: [0; 2],
+            dyn_group_mem: 0,
+        };
+        let launched = rt.target(&dev, Loc::NONE, 0x1234, &mut launch);
+        assert_eq!(launched, Err(LaunchError::NoKernel { host_ptr: 0x1234 }));
+        assert_eq!(
+            launched.unwrap_err().to_string(),
+            "Host ptr 0x0000000000001234 does not have a matching target pointer."
+        );
+        assert!(std::mem::size_of::<LaunchError>() <= 48, "a launch's error stays small");
     }
 }

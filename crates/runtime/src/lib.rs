@@ -12,6 +12,7 @@ pub mod construct;
 pub mod data;
 pub mod debug;
 pub mod device;
+pub mod error;
 pub mod info;
 pub mod launch;
 pub mod map_type;
@@ -62,7 +63,8 @@ pub enum Policy {
     Mandatory,
 }
 
-/// A failure that has already been reported to the user; the caller decides the outcome.
+/// A construct's failure once it has been reported ([`error::report`]): what the offload
+/// policy ([`Runtime::handle_outcome`]) decides on, with nothing more to say.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Failed;
 

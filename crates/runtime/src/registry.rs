@@ -1,9 +1,48 @@
 //! Registered binaries (`__tgt_register_lib`): their device images and offload entries.
 
+use crate::error::{diagnostic_display, report, Diagnostic, Lines};
 use crate::{info, MapName, Runtime};
 use omp_format::{EntryLayout, OffloadBinary, OffloadEntry};
+use std::fmt;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+
+/// What went wrong while binaries were registered and devices opened. Registration goes
+/// on (the binary or device is left out), so each is reported where it is met.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RegistryError {
+    /// `__tgt_register_lib` was given a descriptor that cannot be read.
+    MalformedDescriptor { why: String },
+    /// A plugin could not open one of its devices.
+    OpenDevice { index: usize, plugin: String, source: omp_plugin::PluginError },
+    /// `requires unified_shared_memory`, and these devices of a plugin cannot honour it.
+    UsmRefused { devices: Vec<i32>, plugin: String },
+}
+
+impl Diagnostic for RegistryError {
+    fn write_lines(&self, out: &mut Lines<'_>) -> fmt::Result {
+        match self {
+            RegistryError::MalformedDescriptor { why } => {
+                out.error(format_args!("__tgt_register_lib: ignoring a malformed binary descriptor: {why}"))
+            }
+            RegistryError::OpenDevice { index, plugin, source } => {
+                out.error(format_args!("Failed to open device {index} of plugin {plugin}: {source}"))
+            }
+            RegistryError::UsmRefused { devices, plugin } => {
+                let ids: Vec<String> = devices.iter().map(i32::to_string).collect();
+                out.error(format_args!(
+                    "{} {} ({plugin}) cannot honour '#pragma omp requires unified_shared_memory': their kernels run in an \
+                     address space of their own (an isolated device, LIBOMPTARGET_ISOLATE=1, or a remote one), as on a \
+                     GPU without unified memory; they will not be used",
+                    if ids.len() == 1 { "device" } else { "devices" },
+                    ids.join(", "),
+                ))
+            }
+        }
+    }
+}
+
+diagnostic_display!(RegistryError);
 
 /// One device image as the program embedded it (a copy the runtime owns).
 #[derive(Debug, Clone)]
@@ -219,7 +258,7 @@ impl Runtime {
     /// `OMP_TARGET_OFFLOAD=MANDATORY`, where running the binary's regions on the host would
     /// hide the failure.
     pub fn register_failed(&self, why: &str) {
-        info::error(format_args!("__tgt_register_lib: ignoring a malformed binary descriptor: {why}"));
+        report(&RegistryError::MalformedDescriptor { why: why.to_string() });
         if self.host().target_offload() == 2 {
             info::emit("omptarget fatal error 1: a binary could not be registered while offloading is mandatory\n");
             self.finish();
@@ -244,15 +283,8 @@ impl Runtime {
         let mut plugins: Vec<usize> = refused.iter().map(|r| r.1).collect();
         plugins.dedup();
         for plugin in plugins {
-            let ids: Vec<String> = refused.iter().filter(|r| r.1 == plugin).map(|r| r.0.to_string()).collect();
-            info::error(format_args!(
-                "{} {} ({}) cannot honour '#pragma omp requires unified_shared_memory': their kernels run in an \
-                 address space of their own (an isolated device, LIBOMPTARGET_ISOLATE=1, or a remote one), as on a \
-                 GPU without unified memory; they will not be used",
-                if ids.len() == 1 { "device" } else { "devices" },
-                ids.join(", "),
-                self.plugins[plugin].name()
-            ));
+            let devices = refused.iter().filter(|r| r.1 == plugin).map(|r| r.0).collect();
+            report(&RegistryError::UsmRefused { devices, plugin: self.plugins[plugin].name().to_string() });
         }
     }
 
@@ -290,7 +322,7 @@ impl Runtime {
         for index in 0..p.device_count() {
             match p.open_device(index) {
                 Ok(dev) => opened.push((index, dev)),
-                Err(e) => info::error(format_args!("Failed to open device {index} of plugin {}: {e}", p.name())),
+                Err(source) => report(&RegistryError::OpenDevice { index, plugin: p.name().to_string(), source }),
             }
         }
         // Only this function appends, under `opening`: the numbers are known before the

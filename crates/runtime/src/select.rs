@@ -3,11 +3,12 @@
 //! values ([`SelectError`]) that the construct reports.
 
 use crate::device::LoadError;
-use crate::{info, Loc, Policy, Runtime, Target};
+use crate::error::{Diagnostic, Lines};
+use crate::{Loc, Policy, Runtime, Target};
 use std::fmt;
 
-/// Why a construct cannot run on the device it names. `Display` gives the lines users know
-/// (one per line of text); [`SelectError::report`] prints them.
+/// Why a construct cannot run on the device it names: the lines users know, printed by the
+/// construct ([`crate::error::report`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SelectError {
     /// No offload device exists; `unavailable` says, for each configured backend whose
@@ -54,20 +55,21 @@ impl fmt::Display for SelectError {
     }
 }
 
-impl std::error::Error for SelectError {}
-
-impl SelectError {
-    /// Prints the error, a line `omptarget error: …` for each line of its text. A lost
-    /// device prints nothing: its loss was said when it happened.
-    pub fn report(&self) {
+impl Diagnostic for SelectError {
+    /// An `omptarget error:` line for each line of the text. A lost device has none: its
+    /// loss was said when it happened.
+    fn write_lines(&self, out: &mut Lines<'_>) -> fmt::Result {
         if let SelectError::Lost { .. } = self {
-            return;
+            return Ok(());
         }
         for line in self.to_string().lines() {
-            info::error(format_args!("{line}"));
+            out.error(format_args!("{line}"))?;
         }
+        Ok(())
     }
 }
+
+impl std::error::Error for SelectError {}
 
 impl Runtime {
     /// LLVM's `checkDeviceAndCtors`: decides where a construct runs and loads the device's

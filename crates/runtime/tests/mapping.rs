@@ -2,8 +2,9 @@
 //! versus dynamic, extension, delayed deletion, attached pointers, `present`.
 
 use omp_plugin::mock::MockDevice;
-use omp_runtime::data::{ConstructState, Directive};
+use omp_runtime::data::{Absent, ConstructState, Directive, MapError, NotPresent};
 use omp_runtime::map_type::*;
+use omp_runtime::MapName;
 use omp_runtime::{Config, Loc, MapArgs, Runtime};
 use std::sync::Arc;
 
@@ -51,7 +52,7 @@ fn exit(rt: &Runtime, m: &mut Maps) {
 }
 
 fn tgt(rt: &Runtime, p: usize) -> usize {
-    rt.mapped_ptr(p, 0)
+    rt.mapped_ptr(p, 0).expect("device 0 exists")
 }
 
 #[test]
@@ -75,12 +76,12 @@ fn dynamic_count_copies_on_first_and_last_reference() {
     // SAFETY: the test's arrays named here outlive the constructs that map them.
     exit(&rt, &mut unsafe { Maps::new() }.add(px, px, 16, FROM));
     assert_eq!(x[0], 50);
-    assert_eq!(rt.is_present(px as usize, 0), 1);
+    assert_eq!(rt.is_present(px as usize, 0).unwrap(), 1);
     // Last exit copies back and frees.
     // SAFETY: the test's arrays named here outlive the constructs that map them.
     exit(&rt, &mut unsafe { Maps::new() }.add(px, px, 16, FROM));
     assert_eq!(x[0], 9);
-    assert_eq!(rt.is_present(px as usize, 0), 0);
+    assert_eq!(rt.is_present(px as usize, 0).unwrap(), 0);
     assert_eq!(dev.live_allocations(), 1, "only the cached block in the memory manager remains");
 }
 
@@ -95,10 +96,10 @@ fn hold_count_keeps_data_after_dynamic_release_and_delete() {
     enter(&rt, &mut unsafe { Maps::new() }.add(p, p, 32, TO));
     // SAFETY: the test's arrays named here outlive the constructs that map them.
     exit(&rt, &mut unsafe { Maps::new() }.add(p, p, 32, DELETE));
-    assert_eq!(rt.is_present(p as usize, 0), 1, "delete does not override a hold reference");
+    assert_eq!(rt.is_present(p as usize, 0).unwrap(), 1, "delete does not override a hold reference");
     // SAFETY: the test's arrays named here outlive the constructs that map them.
     exit(&rt, &mut unsafe { Maps::new() }.add(p, p, 32, OMPX_HOLD));
-    assert_eq!(rt.is_present(p as usize, 0), 0);
+    assert_eq!(rt.is_present(p as usize, 0).unwrap(), 0);
 }
 
 #[test]
@@ -114,12 +115,23 @@ fn explicit_extension_fails_implicit_extension_reuses() {
     let q = p.wrapping_add(16);
     // SAFETY: the test's arrays named here outlive the constructs that map them.
     let mut bigger = unsafe { Maps::new() }.add(q, q, 32, TO);
-    assert!(rt.data_begin(&dev, &mut bigger.args(), false, &mut ConstructState::default()).is_err());
+    let refused = rt.data_begin(&dev, &mut bigger.args(), false, &mut ConstructState::default());
+    let why = Absent::Extension { begin: q as usize, size: 32, mapped: (p as usize, 32), present: None };
+    assert_eq!(refused, Err(MapError::NoTargetPointer { ty: TO, why: Some(Box::new(why)) }));
+    assert_eq!(
+        refused.unwrap_err().to_string(),
+        format!(
+            "explicit extension not allowed: host address specified is 0x{:016x} (32 bytes), but device allocation \
+             maps to host at 0x{:016x} (32 bytes)\nCall to getTargetPointer returned null pointer (device failure or \
+             illegal mapping).",
+            q as usize, p as usize
+        )
+    );
     // …an implicit one reuses the existing entry.
     // SAFETY: the test's arrays named here outlive the constructs that map them.
     let mut implicit = unsafe { Maps::new() }.add(q, q, 32, TO | IMPLICIT);
     rt.data_begin(&dev, &mut implicit.args(), false, &mut ConstructState::default()).unwrap();
-    assert_eq!(rt.mapped_ptr(q as usize, 0), rt.mapped_ptr(p as usize, 0) + 16);
+    assert_eq!(rt.mapped_ptr(q as usize, 0).unwrap(), rt.mapped_ptr(p as usize, 0).unwrap() + 16);
 }
 
 #[test]
@@ -130,8 +142,79 @@ fn present_modifier_fails_on_unmapped_data() {
     let dev = rt.device(0).unwrap();
     // SAFETY: the test's arrays named here outlive the constructs that map them.
     let mut m = unsafe { Maps::new() }.add(p, p, 8, TO | PRESENT);
-    assert!(rt.data_begin(&dev, &mut m.args(), false, &mut ConstructState::default()).is_err());
-    assert_eq!(rt.is_present(p as usize, 0), 0);
+    let refused = rt.data_begin(&dev, &mut m.args(), false, &mut ConstructState::default());
+    let why = NotPresent { device: 0, begin: p as usize, size: 8, name: MapName::NONE, motion: false, nearest: None };
+    assert_eq!(
+        refused,
+        Err(MapError::NoTargetPointer { ty: TO | PRESENT, why: Some(Box::new(Absent::NotPresent(why))) })
+    );
+    assert_eq!(rt.is_present(p as usize, 0).unwrap(), 0);
+}
+
+#[test]
+fn an_update_of_unmapped_data_with_present_is_a_not_present_value() {
+    let (rt, _dev) = runtime();
+    let x = [0u8; 8];
+    let y = [0u8; 16];
+    let (p, q) = (x.as_ptr(), y.as_ptr());
+    let dev = rt.device(0).unwrap();
+    // SAFETY: the test's arrays named here outlive the constructs that map them.
+    let mut mapped = unsafe { Maps::new() }.add(q, q, 16, TO);
+    enter(&rt, &mut mapped);
+    // SAFETY: as above.
+    let mut update = unsafe { Maps::new() }.add(p, p, 8, TO | PRESENT);
+    let refused = rt.data_update(&dev, &mut update.args());
+    let Err(MapError::NotPresent(why)) = refused else { panic!("not present: {refused:?}") };
+    let (q, p) = (q as usize, p as usize);
+    assert_eq!(
+        *why,
+        NotPresent {
+            device: 0,
+            begin: p,
+            size: 8,
+            name: MapName::NONE,
+            motion: true,
+            nearest: Some((MapName::NONE, q, q + 16))
+        }
+    );
+    assert_eq!(
+        MapError::NotPresent(why).to_string(),
+        format!(
+            "device mapping required by 'present' motion modifier does not exist for host address 0x{p:016x} (8 \
+             bytes)\nthe variable occupies 0x{p:016x}..0x{:016x}, which is not mapped; the nearest mapping on device 0 \
+             is 'unknown' at 0x{q:016x}..0x{:016x} (16 bytes)",
+            p + 8,
+            q + 16
+        )
+    );
+    // Without `present`, an update of unmapped data does nothing.
+    // SAFETY: as above.
+    let mut quiet = unsafe { Maps::new() }.add(p as *const u8, p as *const u8, 8, TO);
+    assert_eq!(rt.data_update(&dev, &mut quiet.args()), Ok(()));
+}
+
+#[test]
+fn an_invalid_device_number_in_the_memory_api_is_a_value() {
+    use omp_runtime::api::{MemoryApiError, On};
+    let (rt, _dev) = runtime();
+    let refused = rt.target_alloc(64, 7, omp_plugin::AllocKind::Default, "omp_target_alloc");
+    assert_eq!(refused, Err(MemoryApiError::InvalidDevice { call: "omp_target_alloc", id: 7, devices: 1, host: 1 }));
+    assert_eq!(
+        refused.unwrap_err().to_string(),
+        "omp_target_alloc: device number 7 is not valid: 1 offload devices (0..0) and the host (1)"
+    );
+    // Two bad numbers in one copy are two errors, in order.
+    let (a, b) = (0u8, 0u8);
+    // SAFETY: neither side is used: both device numbers are refused first.
+    let copied = unsafe { rt.memcpy(&a as *const u8 as usize, &b as *const u8 as usize, 1, 0, 0, 5, -3) };
+    let Err(MemoryApiError::Devices(both)) = copied else { panic!("two refusals: {copied:?}") };
+    assert!(matches!(both[0], MemoryApiError::InvalidDevice { id: 5, .. }));
+    assert!(matches!(both[1], MemoryApiError::InvalidDevice { id: -3, .. }));
+    // A free of what was never allocated names the device.
+    assert_eq!(
+        rt.target_free(0x1000, 0, omp_plugin::AllocKind::Default, "omp_target_free"),
+        Err(MemoryApiError::BadFree { call: "omp_target_free", ptr: 0x1000, on: On::Device(0) })
+    );
 }
 
 #[repr(C)]
@@ -167,7 +250,7 @@ fn pointer_member_is_attached_and_restored() {
     assert_eq!(buf[0], 99);
     // Copying the struct back brought the device pointer; the shadow restored the host one.
     assert_eq!(h.data, bufp);
-    assert_eq!(rt.is_present(hp as usize, 0), 0);
+    assert_eq!(rt.is_present(hp as usize, 0).unwrap(), 0);
 }
 
 #[test]
@@ -201,7 +284,7 @@ fn deletion_waits_for_the_end_of_the_construct() {
     // SAFETY: the test's arrays named here outlive the constructs that map them.
     exit(&rt, &mut unsafe { Maps::new() }.add(p, p, 16, FROM).add(p, p, 16, FROM | ALWAYS));
     assert_eq!(x[0], 42);
-    assert_eq!(rt.is_present(p as usize, 0), 0);
+    assert_eq!(rt.is_present(p as usize, 0).unwrap(), 0);
 }
 
 #[test]

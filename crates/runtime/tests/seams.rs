@@ -2,6 +2,7 @@
 //! the same data is copied once), structured events in order, a lost device.
 
 use omp_plugin::mock::MockDevice;
+use omp_runtime::api::MemoryApiError;
 use omp_runtime::data::ConstructState;
 use omp_runtime::map_type::*;
 use omp_runtime::trace::{Event, EventCx, Interest, Kinds, Observer};
@@ -19,7 +20,7 @@ fn runtime(config: Config) -> (Arc<Runtime>, Arc<MockDevice>) {
 ///
 /// # Safety
 /// `[p, p+len)` is memory of the calling test, alive and not borrowed while it is mapped.
-unsafe fn map(rt: &Runtime, p: usize, len: usize, ty: i64) -> Result<(), omp_runtime::Failed> {
+unsafe fn map(rt: &Runtime, p: usize, len: usize, ty: i64) -> Result<(), omp_runtime::data::MapError> {
     let (mut bases, begins, sizes, types) = (vec![p], vec![p], vec![len as i64], vec![ty]);
     // SAFETY: the caller's promise.
     let mut args = unsafe { MapArgs::new(&mut bases, &begins, &sizes, &types, None, None) };
@@ -42,7 +43,7 @@ fn two_threads_copy_different_data_at_the_same_time() {
     });
     assert!(dev.rendezvous_met(), "the second thread's copy had to wait for the first one's: a lock is held across it");
     for b in &bufs {
-        let t = rt.mapped_ptr(b.as_ptr() as usize, 0);
+        let t = rt.mapped_ptr(b.as_ptr() as usize, 0).expect("device 0 exists");
         assert_eq!(dev.read(t, 4), b[..4], "each thread's data arrived");
     }
 }
@@ -61,7 +62,7 @@ fn the_same_data_is_copied_once_and_nobody_sees_it_early() {
                     // SAFETY: `p` is 4096 bytes of this test's, alive until the scope ends.
                     unsafe { map(&rt, p, 4096, TO) }.expect("mapped");
                     // Once data-begin returns, the device copy must be complete.
-                    dev.read(rt.mapped_ptr(p, 0), 4096)
+                    dev.read(rt.mapped_ptr(p, 0).expect("device 0 exists"), 4096)
                 })
             })
             .collect();
@@ -162,20 +163,36 @@ fn a_lost_device_is_reported_once_and_not_used_again() {
         matches!(rt.check_device(0, Loc::NONE), Err(omp_runtime::SelectError::Lost { device: 0 })),
         "a lost device runs no further construct"
     );
-    assert_eq!(rt.target_alloc(64, 0, omp_plugin::AllocKind::Default, "omp_target_alloc"), 0, "nor API call");
+    assert_eq!(
+        rt.target_alloc(64, 0, omp_plugin::AllocKind::Default, "omp_target_alloc"),
+        Err(MemoryApiError::LostDevice),
+        "nor API call, with no second message"
+    );
 }
 
 #[test]
 fn a_device_memory_api_call_that_meets_a_lost_device_marks_it_lost() {
     let (rt, dev) = runtime(Config::default());
-    let p = rt.target_alloc(64, 0, omp_plugin::AllocKind::Default, "omp_target_alloc");
+    let p =
+        rt.target_alloc(64, 0, omp_plugin::AllocKind::Default, "omp_target_alloc").expect("a live device allocates");
     assert_ne!(p, 0);
     dev.lose("worker process exited (signal 9)");
     let src = [1u8; 64];
     let host = rt.initial_device();
     // SAFETY: the host side is `src`, 64 readable bytes of this test's.
     let copied = unsafe { rt.memcpy(p, src.as_ptr() as usize, 64, 0, 0, 0, host) };
-    assert_eq!(copied, omp_runtime::api::FAIL);
+    let Err(MemoryApiError::Memcpy(e)) = copied else { panic!("the copy fails on the device: {copied:?}") };
+    assert!(e.is_lost());
+    assert_eq!(
+        e.to_string(),
+        "worker process exited (signal 9)",
+        "the backend's reason, which the error's line quotes"
+    );
+    assert_eq!(
+        MemoryApiError::Memcpy(e).to_string(),
+        "omp_target_memcpy failed: worker process exited (signal 9)\n\
+         device 0 was lost while copying data to it: worker process exited (signal 9); it will not be used again"
+    );
     assert_eq!(rt.device(0).expect("device 0").lost(), Some("worker process exited (signal 9)"));
     assert!(
         matches!(rt.check_device(0, Loc::NONE), Err(omp_runtime::SelectError::Lost { device: 0 })),
@@ -214,7 +231,11 @@ fn an_indirect_function_that_cannot_be_read_is_a_load_error_value() {
     };
     mock.0.lose("worker process exited (signal 9)");
     let dev = rt.device(0).expect("device 0");
-    assert_eq!(rt.ensure_loaded(&dev), Err(LoadError::IndirectFunction("fp".into())));
+    let loaded = rt.ensure_loaded(&dev);
+    assert_eq!(loaded, Err(LoadError::IndirectFunction("fp".into())));
+    // A construct gives the failure its device and the line users know.
+    let refused = omp_runtime::SelectError::Load { device: 0, error: loaded.unwrap_err() };
+    assert_eq!(refused.to_string(), "Failed to init globals on device 0: cannot read indirect function fp");
     assert_eq!(dev.lost(), Some("worker process exited (signal 9)"), "the failed read found the device lost");
 }
 

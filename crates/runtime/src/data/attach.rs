@@ -1,9 +1,10 @@
 //! Shadow pointers (clang 19's PTR_AND_OBJ) and deferred ATTACH entries (clang 22).
 
+use super::diagnose::MapError;
 use super::{ConstructState, PendingCopy};
 use crate::map_type::{self as mt, has};
 use crate::table::{Lookup, MappingTable, ShadowPtr};
-use crate::{DeviceCtx, Outcome, Runtime};
+use crate::{DeviceCtx, Runtime};
 use omp_plugin::host_memory;
 
 impl Runtime {
@@ -38,7 +39,7 @@ impl Runtime {
 
     /// clang 22's ATTACH entries: point the device copy of a pointer at the device copy of
     /// its pointee, when both are present and one of them is new (or always is asked).
-    pub(super) fn process_attaches(&self, dev: &DeviceCtx, st: &mut ConstructState) -> Outcome {
+    pub(super) fn process_attaches(&self, dev: &DeviceCtx, st: &mut ConstructState) -> Result<(), MapError> {
         let attaches = std::mem::take(&mut st.attaches);
         let mut table = dev.lock_table();
         for (ptr_addr, pointee_begin, ty, _name) in attaches {

@@ -1,11 +1,11 @@
 //! targetDataBegin.
 
-use super::diagnose::{described, null_reason};
+use super::diagnose::MapError;
 use super::{ConstructState, MapArgs, Request};
 use crate::map_type::{self as mt, has, member_of};
 use crate::table::ShadowPtr;
 use crate::trace::Event;
-use crate::{info, DeviceCtx, Failed, Outcome, Runtime};
+use crate::{DeviceCtx, Runtime};
 use omp_plugin::host_memory;
 
 impl Runtime {
@@ -16,7 +16,7 @@ impl Runtime {
         args: &mut MapArgs,
         from_mapper: bool,
         st: &mut ConstructState,
-    ) -> Outcome {
+    ) -> Result<(), MapError> {
         let n = args.len();
         // The table stays locked from one entry to the next while nothing waits for its
         // release (no copy, event or being-mapped entry): one lock per construct, not per entry.
@@ -39,13 +39,7 @@ impl Runtime {
             let begin = args.begins[i];
             let mut base = args.bases[i];
             if args.sizes[i] < 0 {
-                info::error(format_args!(
-                    "{} has a negative length ({} bytes): cannot map it on device {}",
-                    described(args.name(i)),
-                    args.sizes[i],
-                    dev.id
-                ));
-                return Err(Failed);
+                return Err(MapError::NegativeLength { name: args.name(i), size: args.sizes[i], device: dev.id });
             }
             let size = args.sizes[i] as usize;
             let name = args.name(i);
@@ -56,7 +50,7 @@ impl Runtime {
             }
             let mut update_ref = member_of(ty).is_none() && !(from_mapper && i == 0);
             let ptr_and_obj = has(ty, mt::PTR_AND_OBJ);
-            let outcome = (|| -> Outcome {
+            let outcome = (|| -> Result<(), MapError> {
                 let ptr_range = if ptr_and_obj { (base, std::mem::size_of::<usize>()) } else { (begin, size) };
                 let mut table = self.lock_idle(dev, held.take(), &[(begin, size), ptr_range]);
                 let mut pointer = None;
@@ -71,13 +65,9 @@ impl Runtime {
                         update_ref,
                         copy_to: false,
                     };
-                    let p = self.get_target_pointer(dev, &mut table, &req, st)?;
+                    let p = self.get_target_pointer(dev, &mut table, &req, st, ty)?;
                     if !p.present() {
-                        info::error(format_args!(
-                            "Call to getTargetPointer returned null pointer ({}).",
-                            null_reason(ty)
-                        ));
-                        return Err(Failed);
+                        return Err(MapError::NoTargetPointer { ty, why: None });
                     }
                     pointer = Some(p);
                     // SAFETY: a PTR_AND_OBJ entry's base is the address of the program's pointer
@@ -86,17 +76,12 @@ impl Runtime {
                     update_ref = !from_mapper || i != 0;
                 }
                 if size != 0 && begin < NULL_PAGE {
-                    info::error(format_args!(
-                        "{} maps {size} bytes at host address 0x{begin:016x}: its base pointer is NULL",
-                        described(name)
-                    ));
-                    return Err(Failed);
+                    return Err(MapError::NullBase { name, size, begin });
                 }
                 let req = Request { begin, base, padding, size, name, ty, update_ref, copy_to: has(ty, mt::TO) };
-                let obj = self.get_target_pointer(dev, &mut table, &req, st)?;
+                let obj = self.get_target_pointer(dev, &mut table, &req, st, ty)?;
                 if !obj.present() && (size != 0 || has(ty, mt::PRESENT)) {
-                    info::error(format_args!("Call to getTargetPointer returned null pointer ({}).", null_reason(ty)));
-                    return Err(Failed);
+                    return Err(MapError::NoTargetPointer { ty, why: None });
                 }
                 if !obj.present() && !has(ty, mt::IMPLICIT) && member_of(ty).is_none() && ty != 0 {
                     self.queue(st, || Event::NoCounterpart { device: dev.id, name });

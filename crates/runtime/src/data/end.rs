@@ -1,16 +1,18 @@
 //! targetDataEnd.
 
+use super::diagnose::{MapError, NotPresent};
 use super::MapArgs;
+use crate::device::DeviceError;
 use crate::map_type::{self as mt, has, member_of};
 use crate::table::{Lookup, MapEntry};
 use crate::trace::{Event, RcChange};
-use crate::{DeviceCtx, Failed, Outcome, Runtime};
+use crate::{DeviceCtx, Runtime};
 use omp_plugin::host_memory;
 
 impl Runtime {
     /// targetDataEnd: release every entry, in reverse order; copy back on the last
     /// reference (or `always`); free storage once the whole construct is done.
-    pub fn data_end(&self, dev: &DeviceCtx, args: &mut MapArgs, from_mapper: bool) -> Outcome {
+    pub fn data_end(&self, dev: &DeviceCtx, args: &mut MapArgs, from_mapper: bool) -> Result<(), MapError> {
         let mut removals: Vec<(usize, bool, bool)> = Vec::new();
         let result = self.data_end_entries(dev, args, from_mapper, &mut removals);
         if removals.is_empty() {
@@ -49,7 +51,8 @@ impl Runtime {
         });
         if e.owns_memory {
             if let Err(err) = dev.free_mapping(self, e) {
-                err.report(format_args!("Deallocating data from device failed: {err}"));
+                // The construct's outcome does not change: said here, once.
+                crate::error::report(&DeallocFailed(err));
             }
         }
     }
@@ -60,7 +63,7 @@ impl Runtime {
         args: &mut MapArgs,
         from_mapper: bool,
         removals: &mut Vec<(usize, bool, bool)>,
-    ) -> Outcome {
+    ) -> Result<(), MapError> {
         // The table stays locked from one entry to the next until an entry needs a copy back
         // or an event emitted (both done with no lock held).
         let mut held = None;
@@ -92,8 +95,8 @@ impl Runtime {
                     continue;
                 }
                 if has(ty, mt::PRESENT) {
-                    self.present_message(dev, table, begin, size, args.name(i), false);
-                    return Err(Failed);
+                    let why = NotPresent::new(dev, table, begin, size, args.name(i), false);
+                    return Err(MapError::NotPresent(Box::new(why)));
                 }
                 continue;
             };
@@ -146,5 +149,15 @@ impl Runtime {
             }
         }
         Ok(())
+    }
+}
+
+/// Freeing a removed mapping's device memory failed; the construct still succeeds.
+struct DeallocFailed(DeviceError);
+
+impl crate::error::Diagnostic for DeallocFailed {
+    fn write_lines(&self, out: &mut crate::error::Lines<'_>) -> std::fmt::Result {
+        out.error(format_args!("Deallocating data from device failed: {}", self.0))?;
+        self.0.write_lost_during_op(out)
     }
 }

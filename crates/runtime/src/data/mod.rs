@@ -4,7 +4,8 @@
 //! One module per job: `args` (the map arrays), `target_pointer` (LLVM's getTargetPointer),
 //! `pending` (copies and events decided under the table lock, done after it), `begin`,
 //! `attach` (shadow pointers and clang 22's ATTACH), `end`, `update`, `strided`
-//! (non-contiguous updates) and `diagnose` (messages that name the variable).
+//! (non-contiguous updates) and `diagnose` (why a map clause failed: [`MapError`], in messages that name the
+//! variable).
 
 mod args;
 mod attach;
@@ -17,6 +18,7 @@ mod target_pointer;
 mod update;
 
 pub use args::{MapArgs, MapperComponents};
+pub use diagnose::{Absent, MapError, NotPresent};
 
 use crate::trace::Event;
 use crate::MapName;

@@ -1,10 +1,11 @@
 //! What a construct decides under the table lock and does after releasing it: events,
 //! host-to-device copies, and waking threads that wait for entries being mapped.
 
+use super::diagnose::MapError;
 use super::{ConstructState, PendingCopy};
 use crate::table::MappingTable;
 use crate::trace::Event;
-use crate::{DeviceCtx, Failed, MapName, Outcome, Runtime};
+use crate::{DeviceCtx, MapName, Runtime};
 
 impl Runtime {
     /// Queues an event decided under the table lock, to be emitted after it is released; it
@@ -36,7 +37,7 @@ impl Runtime {
 
     /// Performs the copies a construct queued under the table lock, then tells waiting
     /// threads that the entries it was mapping are ready (also when a copy failed).
-    pub(super) fn flush(&self, dev: &DeviceCtx, st: &mut ConstructState) -> Outcome {
+    pub(super) fn flush(&self, dev: &DeviceCtx, st: &mut ConstructState) -> Result<(), MapError> {
         for ev in std::mem::take(&mut st.events) {
             self.emit(&ev);
         }
@@ -71,7 +72,7 @@ impl Runtime {
         result
     }
 
-    /// Host→device copy of mapping `name`, with INFO 0x20 reporting; a failure is said here.
+    /// Host→device copy of mapping `name`, with INFO 0x20 reporting.
     ///
     /// # Safety
     /// `[host, host+size)` must be readable program memory for the duration of the call.
@@ -82,15 +83,12 @@ impl Runtime {
         host: usize,
         size: usize,
         name: MapName,
-    ) -> Outcome {
+    ) -> Result<(), MapError> {
         // SAFETY: the caller's promise.
-        unsafe { dev.submit_traced(self, tgt, host, size, name) }.map_err(|e| {
-            e.report(format_args!("Copying data to device failed: {e}"));
-            Failed
-        })
+        unsafe { dev.submit_traced(self, tgt, host, size, name) }.map_err(|e| MapError::CopyTo(Box::new(e)))
     }
 
-    /// Device→host copy of mapping `name`, with INFO 0x20 reporting; a failure is said here.
+    /// Device→host copy of mapping `name`, with INFO 0x20 reporting.
     ///
     /// # Safety
     /// `[host, host+size)` must be writable program memory for the duration of the call.
@@ -101,11 +99,8 @@ impl Runtime {
         tgt: usize,
         size: usize,
         name: MapName,
-    ) -> Outcome {
+    ) -> Result<(), MapError> {
         // SAFETY: the caller's promise.
-        unsafe { dev.retrieve_traced(self, host, tgt, size, name) }.map_err(|e| {
-            e.report(format_args!("Copying data from device failed: {e}"));
-            Failed
-        })
+        unsafe { dev.retrieve_traced(self, host, tgt, size, name) }.map_err(|e| MapError::CopyFrom(Box::new(e)))
     }
 }

@@ -1,7 +1,8 @@
 //! Strided (non-contiguous) updates.
 
+use super::diagnose::MapError;
 use crate::map_type as mt;
-use crate::{info, DeviceCtx, MapName, Outcome, Runtime};
+use crate::{info, DeviceCtx, MapName, Runtime};
 use omp_plugin::host_memory;
 
 impl Runtime {
@@ -14,7 +15,7 @@ impl Runtime {
         dims: usize,
         ty: i64,
         name: MapName,
-    ) -> Outcome {
+    ) -> Result<(), MapError> {
         if dims == 0 {
             return Ok(());
         }

@@ -1,21 +1,25 @@
 //! LLVM's getTargetPointer: find or create the device copy of one host range.
 
+use super::diagnose::{Absent, MapError, NotPresent};
 use super::{ConstructState, PendingCopy, Request, TargetPointer};
 use crate::device::Allocation;
 use crate::map_type::{self as mt, has};
 use crate::table::{Lookup, MapEntry, MappingTable};
 use crate::trace::{Event, RcChange};
-use crate::{info, DeviceCtx, Failed, MapName, Runtime};
+use crate::{DeviceCtx, MapName, Runtime};
 
 impl Runtime {
-    /// LLVM's getTargetPointer: find or create the device copy of one host range.
+    /// LLVM's getTargetPointer: find or create the device copy of one host range. A range
+    /// that extends a mapping, or that `present` asks for and is not mapped, has none: that
+    /// is [`MapError::NoTargetPointer`] (with the map type `ty` of the caller's entry).
     pub(super) fn get_target_pointer(
         &self,
         dev: &DeviceCtx,
         t: &mut MappingTable,
         r: &Request,
         st: &mut ConstructState,
-    ) -> Result<TargetPointer, Failed> {
+        ty: i64,
+    ) -> Result<TargetPointer, MapError> {
         let hold = has(r.ty, mt::OMPX_HOLD);
         let implicit = has(r.ty, mt::IMPLICIT);
         let lookup = t.lookup(r.begin, r.size);
@@ -54,17 +58,9 @@ impl Runtime {
             });
         } else if let Lookup::Extends(k) = lookup {
             let e = t.get(k).expect("looked-up key exists");
-            info::message(format_args!(
-                "explicit extension not allowed: host address specified is 0x{:016x} ({} bytes), but device allocation maps to host at 0x{:016x} ({} bytes)",
-                r.begin,
-                r.size,
-                e.begin,
-                e.size()
-            ));
-            if has(r.ty, mt::PRESENT) {
-                self.present_message(dev, t, r.begin, r.size, r.name, false);
-            }
-            return Ok(tp);
+            let present = has(r.ty, mt::PRESENT).then(|| NotPresent::new(dev, t, r.begin, r.size, r.name, false));
+            let why = Absent::Extension { begin: r.begin, size: r.size, mapped: (e.begin, e.size()), present };
+            return Err(MapError::NoTargetPointer { ty, why: Some(Box::new(why)) });
         } else if self.requires_usm() && !has(r.ty, mt::CLOSE) {
             if r.size > 0 {
                 tp.is_host = true;
@@ -73,13 +69,14 @@ impl Runtime {
             }
             return Ok(tp);
         } else if has(r.ty, mt::PRESENT) {
-            self.present_message(dev, t, r.begin, r.size, r.name, false);
-            return Ok(tp);
+            let why = Absent::NotPresent(NotPresent::new(dev, t, r.begin, r.size, r.name, false));
+            return Err(MapError::NoTargetPointer { ty, why: Some(Box::new(why)) });
         } else if r.size > 0 {
             let bytes = r.size + r.padding;
-            let Allocation { tgt: alloc, time } = dev.alloc_mapping(self, bytes).map_err(|e| {
-                e.report(format_args!("Failed to allocate {bytes} bytes on device {}: {e}", dev.id));
-                Failed
+            let Allocation { tgt: alloc, time } = dev.alloc_mapping(self, bytes).map_err(|e| MapError::Alloc {
+                bytes,
+                device: dev.id,
+                source: Box::new(e),
             })?;
             let tgt_begin = alloc + r.padding;
             self.queue(st, || Event::Alloc { device: dev.id, host: r.begin, tgt: alloc, bytes, name: r.name, time });

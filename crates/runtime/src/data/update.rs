@@ -1,16 +1,16 @@
 //! targetDataUpdate.
 
-use super::diagnose::described;
+use super::diagnose::{MapError, NotPresent};
 use super::strided::{strided_name, MAX_DIMS};
 use super::MapArgs;
 use crate::map_type::{self as mt, has};
 use crate::table::Lookup;
-use crate::{info, DeviceCtx, Failed, MapName, Outcome, Runtime};
+use crate::{DeviceCtx, MapName, Runtime};
 use omp_plugin::host_memory;
 
 impl Runtime {
     /// targetDataUpdate: `target update to/from`, contiguous or strided.
-    pub fn data_update(&self, dev: &DeviceCtx, args: &mut MapArgs) -> Outcome {
+    pub fn data_update(&self, dev: &DeviceCtx, args: &mut MapArgs) -> Result<(), MapError> {
         for i in 0..args.len() {
             let ty = args.types[i];
             if ty & (mt::LITERAL | mt::PRIVATE) != 0 {
@@ -26,12 +26,7 @@ impl Runtime {
                 // size; clang 22 passes the section's byte size there for a section of a
                 // pointer member, which cannot be read as descriptors.
                 if !(1..=MAX_DIMS).contains(&args.sizes[i]) {
-                    info::error(format_args!(
-                        "{}: a strided (non-contiguous) update with {} dimensions cannot be right (at most {MAX_DIMS}; the compiler may have passed a size instead): not updated",
-                        described(args.name(i)),
-                        args.sizes[i]
-                    ));
-                    return Err(Failed);
+                    return Err(MapError::StridedDimensions { name: args.name(i), dims: args.sizes[i] });
                 }
                 self.update_non_contiguous(
                     dev,
@@ -46,12 +41,7 @@ impl Runtime {
                     // clang 19 drops the stride of a section of a pointer member and asks for
                     // every element in its span: copying them would overwrite the elements
                     // the section leaves out.
-                    info::error(format_args!(
-                        "{}: the compiler passed this strided section as {} contiguous bytes; updating them would overwrite the elements the stride skips: not updated",
-                        described(args.name(i)),
-                        args.sizes[i]
-                    ));
-                    return Err(Failed);
+                    return Err(MapError::StridedAsContiguous { name: args.name(i), size: args.sizes[i] });
                 }
                 self.update_contiguous(dev, args.begins[i], args.sizes[i].max(0) as usize, ty, args.name(i))?;
             }
@@ -66,12 +56,11 @@ impl Runtime {
         size: usize,
         ty: i64,
         name: MapName,
-    ) -> Outcome {
+    ) -> Result<(), MapError> {
         let table = self.lock_idle(dev, None, &[(begin, size)]);
         let Lookup::Contained(key) = table.lookup(begin, size) else {
             if has(ty, mt::PRESENT) {
-                self.present_message(dev, &table, begin, size, name, true);
-                return Err(Failed);
+                return Err(MapError::NotPresent(Box::new(NotPresent::new(dev, &table, begin, size, name, true))));
             }
             return Ok(());
         };

@@ -1,6 +1,7 @@
 //! Images loaded at a device's first use: kernels resolved, declare-target globals bound.
 
 use super::*;
+use crate::error::{report, Diagnostic, Lines};
 use crate::MapName;
 use omp_plugin::PluginError;
 use std::fmt;
@@ -27,6 +28,25 @@ impl fmt::Display for LoadError {
 }
 
 impl std::error::Error for LoadError {}
+
+/// An entry of a loaded image that could not be bound: its kernel or global is left out and
+/// the image stays loaded, so this is reported where it is met.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Unbound {
+    /// The image lacks the kernel an entry names.
+    Kernel { name: String, source: PluginError },
+    /// The image lacks the global an entry names.
+    Global { name: String },
+}
+
+impl Diagnostic for Unbound {
+    fn write_lines(&self, out: &mut Lines<'_>) -> fmt::Result {
+        match self {
+            Unbound::Kernel { name, source } => out.error(format_args!("Failed to load kernel {name}: {source}")),
+            Unbound::Global { name } => out.error(format_args!("Failed to load symbol {name}")),
+        }
+    }
+}
 
 impl Runtime {
     /// Loads, on first use of the device, every registered image it can run, binds
@@ -131,7 +151,7 @@ impl Runtime {
                 crate::debug!("omptarget", "device {}: kernel {name} (host 0x{:016x}) -> {found:?}", dev.id, e.addr);
                 match found {
                     Ok(k) => kernels.push((e.addr as usize, k)),
-                    Err(err) => info::error(format_args!("Failed to load kernel {name}: {err}")),
+                    Err(source) => report(&Unbound::Kernel { name: name.to_string(), source }),
                 }
                 continue;
             }
@@ -146,7 +166,7 @@ impl Runtime {
             let tgt = match found {
                 Ok(g) => g.addr,
                 Err(_) => {
-                    info::error(format_args!("Failed to load symbol {name}"));
+                    report(&Unbound::Global { name: name.to_string() });
                     continue;
                 }
             };

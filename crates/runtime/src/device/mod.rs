@@ -10,9 +10,9 @@
 mod load;
 mod ops;
 
-pub use load::LoadError;
+pub use load::{LoadError, Unbound};
 pub(crate) use ops::Allocation;
-pub use ops::{DeviceError, DeviceOp};
+pub use ops::{DeviceError, DeviceOp, LostWhile};
 
 use crate::memory_manager::MemoryManager;
 use crate::registry::RegisteredDesc;

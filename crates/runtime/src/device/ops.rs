@@ -3,10 +3,11 @@
 //! device lost.
 
 use super::DeviceCtx;
+use crate::error::{Diagnostic, Lines};
 use crate::memory_manager::MemoryManager;
 use crate::table::MapEntry;
 use crate::trace::{Direction, Event, Interval};
-use crate::{info, MapName, Runtime};
+use crate::{MapName, Runtime};
 use omp_plugin::{AllocKind, KernelId, LaunchConfig, PluginError};
 use std::fmt;
 
@@ -37,8 +38,9 @@ impl fmt::Display for DeviceOp {
 }
 
 /// A backend operation that failed. The device layer has already recorded a lost device as
-/// lost; [`DeviceError::report`] says what failed and, the first time, that it was lost.
-/// `Display` is the backend's reason, which callers put in their own message.
+/// lost; the error that carries this one says what failed and, when this failure lost the
+/// device, that it was lost ([`DeviceError::write_lost`]). `Display` is the backend's reason,
+/// which those errors put in their own line.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DeviceError {
     /// The operation that failed.
@@ -56,27 +58,30 @@ impl DeviceError {
         self.source.is_lost()
     }
 
-    /// Prints `msg` as an error, then, when this failure lost the device, that it was lost
-    /// while doing this operation.
-    pub fn report(&self, msg: fmt::Arguments) {
-        info::error(msg);
-        self.report_lost(format_args!("{}", self.op));
-    }
-
-    /// As [`DeviceError::report`], naming what the device was doing in the lost-device line.
-    pub fn report_while(&self, msg: fmt::Arguments, during: fmt::Arguments) {
-        info::error(msg);
-        self.report_lost(during);
-    }
-
-    /// Only the lost-device line (for a failure whose own message the caller leaves out).
-    pub fn report_lost(&self, during: fmt::Arguments) {
-        if self.newly_lost {
-            info::error(format_args!(
-                "device {} was lost while {during}: {}; it will not be used again",
-                self.device, self.source.reason
-            ));
+    /// The line that says the device was lost while `during`, when this failure lost it.
+    pub fn write_lost(&self, out: &mut Lines<'_>, during: fmt::Arguments) -> fmt::Result {
+        if !self.newly_lost {
+            return Ok(());
         }
+        out.error(format_args!(
+            "device {} was lost while {during}: {}; it will not be used again",
+            self.device, self.source.reason
+        ))
+    }
+
+    /// The lost-device line naming the operation itself.
+    pub fn write_lost_during_op(&self, out: &mut Lines<'_>) -> fmt::Result {
+        self.write_lost(out, format_args!("{}", self.op))
+    }
+}
+
+/// Only the lost-device line of a failure whose own message is left out (memory freed after
+/// a construct): nothing when the device was lost before.
+pub struct LostWhile<'e>(pub &'e DeviceError);
+
+impl Diagnostic for LostWhile<'_> {
+    fn write_lines(&self, out: &mut Lines<'_>) -> fmt::Result {
+        self.0.write_lost_during_op(out)
     }
 }
 
@@ -345,7 +350,7 @@ impl DeviceCtx {
 
     /// Runs a kernel between the `Kernel` events `event` builds (announced, then done with
     /// its interval). The caller names the kernel and its place in the lost-device line
-    /// ([`DeviceError::report_while`]).
+    /// ([`DeviceError::write_lost`]).
     ///
     /// # Safety
     /// As [`omp_plugin::Device::launch`]: `kernel` is this device's and `args` are what the

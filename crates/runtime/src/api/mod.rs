@@ -1,10 +1,15 @@
 //! The device memory API: `omp_target_alloc`, `omp_target_memcpy[_rect]`,
 //! `omp_target_associate_ptr`, and friends. These work on a device whose images were never
-//! loaded, and answer bad arguments with an error message and the documented return value.
+//! loaded. A bad argument or a failed device is a [`MemoryApiError`]: the C boundary reports
+//! it and returns the call's documented failure value.
+
+mod error;
+
+pub use error::{MemoryApiError, On};
 
 use crate::table::{Lookup, MapEntry, INF};
 use crate::trace::{ApiOp, Event};
-use crate::{info, DeviceCtx, MapName, Runtime};
+use crate::{DeviceCtx, MapName, Runtime};
 use omp_plugin::{host_memory, AllocKind};
 use omp_sync::Mutex;
 use std::collections::BTreeMap;
@@ -57,6 +62,14 @@ impl ApiDevice {
             ApiDevice::Offload(d) => d.id,
         }
     }
+
+    /// The device as messages name it.
+    fn on(&self) -> On {
+        match self {
+            ApiDevice::Host => On::Host,
+            ApiDevice::Offload(d) => On::Device(d.id),
+        }
+    }
 }
 
 impl Runtime {
@@ -72,66 +85,65 @@ impl Runtime {
         Some(e.size() - (ptr - e.tgt_begin))
     }
 
-    /// Checks that `len` bytes at `ptr` fit in the block that holds them; prints why not.
-    fn fits(&self, call: &str, dev: &ApiDevice, ptr: usize, len: usize) -> bool {
+    /// Checks that `len` bytes at `ptr` fit in the block that holds them.
+    fn fits(&self, call: &'static str, dev: &ApiDevice, ptr: usize, len: usize) -> Result<(), MemoryApiError> {
         match self.room(dev, ptr) {
-            Some(room) if len > room => {
-                let on = match dev {
-                    ApiDevice::Host => "the host device".to_string(),
-                    ApiDevice::Offload(d) => format!("device {}", d.id),
-                };
-                info::error(format_args!(
-                    "{call}: {len} bytes at 0x{ptr:016x} on {on} run past the end of its allocation ({room} bytes left)"
-                ));
-                false
-            }
-            _ => true,
+            Some(room) if len > room => Err(MemoryApiError::PastAllocation { call, len, ptr, on: dev.on(), room }),
+            _ => Ok(()),
         }
     }
 
     /// Loads the device's images before an API call that may name declare-target data, as a
     /// launch does (LLVM 22; LLVM 19 does not, and clang 19 programs keep its answers).
-    fn load_for_api(&self, d: &DeviceCtx, call: &str) {
+    /// The call goes on when loading fails (the answer is then the unloaded device's): the
+    /// failure is said here.
+    fn load_for_api(&self, d: &DeviceCtx, call: &'static str) {
         if self.clang19_programs_only() {
             return;
         }
         if let Err(e) = self.ensure_loaded(d) {
-            info::error(format_args!("{call}: Failed to init globals on device {}: {e}", d.id));
+            crate::error::report(&MemoryApiError::Load { call, device: d.id, source: Box::new(e) });
         }
     }
 
-    /// Resolves an API device number, printing an error for a bad one.
-    pub fn api_device(&self, id: i32, call: &str) -> Option<ApiDevice> {
+    /// Resolves an API device number.
+    pub fn api_device(&self, id: i32, call: &'static str) -> Result<ApiDevice, MemoryApiError> {
         if id == self.initial_device() {
-            return Some(ApiDevice::Host);
+            return Ok(ApiDevice::Host);
         }
         match self.device(id) {
             // A lost device was reported when it was lost; calls on it just fail.
-            Some(d) if d.lost().is_some() => None,
-            Some(d) => Some(ApiDevice::Offload(d)),
-            None => {
-                info::error(format_args!(
-                    "{call}: device number {id} is not valid: {} offload devices (0..{}) and the host ({})",
-                    self.num_devices(),
-                    (self.num_devices() - 1).max(0),
-                    self.initial_device()
-                ));
-                None
-            }
+            Some(d) if d.lost().is_some() => Err(MemoryApiError::LostDevice),
+            Some(d) => Ok(ApiDevice::Offload(d)),
+            None => Err(MemoryApiError::InvalidDevice {
+                call,
+                id,
+                devices: self.num_devices(),
+                host: self.initial_device(),
+            }),
         }
     }
 
-    pub fn target_alloc(&self, size: usize, device: i32, kind: AllocKind, call: &str) -> usize {
+    /// `omp_target_alloc` and friends: the block, or 0 for a size that cannot be allocated.
+    pub fn target_alloc(
+        &self,
+        size: usize,
+        device: i32,
+        kind: AllocKind,
+        call: &'static str,
+    ) -> Result<usize, MemoryApiError> {
         if size == 0 || size > isize::MAX as usize {
-            return 0;
+            return Ok(0);
         }
-        let Some(dev) = self.api_device(device, call) else { return 0 };
+        let dev = self.api_device(device, call)?;
         let ptr = match &dev {
             ApiDevice::Host => host_memory::malloc(size),
-            ApiDevice::Offload(d) => d.alloc_direct(size, kind).unwrap_or_else(|e| {
-                e.report(format_args!("{call}: allocating {size} bytes on device {device} failed: {e}"));
-                0
-            }),
+            ApiDevice::Offload(d) => d.alloc_direct(size, kind).map_err(|e| MemoryApiError::Alloc {
+                call,
+                size,
+                device,
+                source: Box::new(e),
+            })?,
         };
         if ptr != 0 {
             self.api_allocs.insert(dev.key(), ptr, size);
@@ -143,7 +155,7 @@ impl Runtime {
                 size,
             );
         }
-        ptr
+        Ok(ptr)
     }
 
     /// Reports a device memory API call to observers.
@@ -153,20 +165,20 @@ impl Runtime {
         }
     }
 
-    pub fn target_free(&self, ptr: usize, device: i32, kind: AllocKind, call: &str) {
+    /// `omp_target_free` and friends.
+    pub fn target_free(
+        &self,
+        ptr: usize,
+        device: i32,
+        kind: AllocKind,
+        call: &'static str,
+    ) -> Result<(), MemoryApiError> {
         if ptr == 0 {
-            return;
+            return Ok(());
         }
-        let Some(dev) = self.api_device(device, call) else { return };
+        let dev = self.api_device(device, call)?;
         if !self.api_allocs.remove(dev.key(), ptr) {
-            let on = match &dev {
-                ApiDevice::Host => "the host device".to_string(),
-                ApiDevice::Offload(d) => format!("device {}", d.id),
-            };
-            info::error(format_args!(
-                "{call}: bad free of 0x{ptr:016x}: not allocated on {on} by omp_target_alloc, or already freed"
-            ));
-            return;
+            return Err(MemoryApiError::BadFree { call, ptr, on: dev.on() });
         }
         self.api_event(ApiOp::Free, device, ptr, 0, 0);
         match dev {
@@ -174,38 +186,34 @@ impl Runtime {
             // the host device (from `host_memory::malloc`) and that it was not freed since.
             ApiDevice::Host => unsafe { host_memory::free(ptr) },
             ApiDevice::Offload(d) => {
-                if let Err(e) = d.free_direct(ptr, kind) {
-                    e.report(format_args!("{call}: Failed to deallocate device ptr 0x{ptr:016x}: {e}"));
-                }
+                d.free_direct(ptr, kind).map_err(|e| MemoryApiError::Free { call, ptr, source: Box::new(e) })?
             }
         }
+        Ok(())
     }
 
     /// `omp_target_is_present`.
-    pub fn is_present(&self, ptr: usize, device: i32) -> i32 {
+    pub fn is_present(&self, ptr: usize, device: i32) -> Result<i32, MemoryApiError> {
         if ptr == 0 {
-            return 0;
+            return Ok(0);
         }
-        match self.api_device(device, "omp_target_is_present") {
-            None => 0,
-            Some(ApiDevice::Host) => 1,
-            Some(ApiDevice::Offload(d)) => {
+        Ok(match self.api_device(device, "omp_target_is_present")? {
+            ApiDevice::Host => 1,
+            ApiDevice::Offload(d) => {
                 self.load_for_api(&d, "omp_target_is_present");
                 i32::from(matches!(d.lock_table().lookup(ptr, 1), Lookup::Contained(_)))
             }
-        }
+        })
     }
 
     /// `omp_get_mapped_ptr`.
-    pub fn mapped_ptr(&self, ptr: usize, device: i32) -> usize {
+    pub fn mapped_ptr(&self, ptr: usize, device: i32) -> Result<usize, MemoryApiError> {
         if ptr == 0 {
-            info::error(format_args!("omp_get_mapped_ptr: the host pointer is NULL"));
-            return 0;
+            return Err(MemoryApiError::NullHostPointer);
         }
-        match self.api_device(device, "omp_get_mapped_ptr") {
-            None => 0,
-            Some(ApiDevice::Host) => ptr,
-            Some(ApiDevice::Offload(d)) => {
+        Ok(match self.api_device(device, "omp_get_mapped_ptr")? {
+            ApiDevice::Host => ptr,
+            ApiDevice::Offload(d) => {
                 self.load_for_api(&d, "omp_get_mapped_ptr");
                 let t = d.lock_table();
                 match t.lookup(ptr, 1) {
@@ -213,7 +221,7 @@ impl Runtime {
                     _ => 0,
                 }
             }
-        }
+        })
     }
 
     /// `omp_target_is_accessible`: host memory is accessible from the initial device; never
@@ -221,15 +229,14 @@ impl Runtime {
     /// programs. LLVM 22 asks its plugin, and its host plugin answers false (with or without
     /// `requires unified_shared_memory`): clang 22 programs, and LLVM 22's own test
     /// `mapping/is_accessible.cpp`, take that answer's path (docs/ARCHITECTURE.md).
-    pub fn is_accessible(&self, ptr: usize, size: usize, device: i32) -> i32 {
+    pub fn is_accessible(&self, ptr: usize, size: usize, device: i32) -> Result<i32, MemoryApiError> {
         if ptr == 0 || size == 0 {
-            return 0;
+            return Ok(0);
         }
-        match self.api_device(device, "omp_target_is_accessible") {
-            None => 0,
-            Some(ApiDevice::Host) => 1,
-            Some(ApiDevice::Offload(d)) => i32::from(d.is_accessible(ptr, size) && self.clang19_programs_only()),
-        }
+        Ok(match self.api_device(device, "omp_target_is_accessible")? {
+            ApiDevice::Host => 1,
+            ApiDevice::Offload(d) => i32::from(d.is_accessible(ptr, size) && self.clang19_programs_only()),
+        })
     }
 
     /// `omp_target_memcpy`: any pair of host and device memory.
@@ -247,30 +254,28 @@ impl Runtime {
         src_off: usize,
         dst_dev: i32,
         src_dev: i32,
-    ) -> i32 {
+    ) -> Result<(), MemoryApiError> {
         if len == 0 {
-            return 0;
+            return Ok(());
         }
         if dst == 0 || src == 0 {
-            info::error(format_args!("Call to omp_target_memcpy with invalid arguments (NULL pointer)"));
-            return FAIL;
+            return Err(MemoryApiError::MemcpyNull);
         }
-        let (Some(d), Some(s)) =
-            (self.api_device(dst_dev, "omp_target_memcpy"), self.api_device(src_dev, "omp_target_memcpy"))
-        else {
-            return FAIL;
-        };
+        // Both numbers are checked: two bad ones are two errors.
+        let (d, s) =
+            match (self.api_device(dst_dev, "omp_target_memcpy"), self.api_device(src_dev, "omp_target_memcpy")) {
+                (Ok(d), Ok(s)) => (d, s),
+                (Err(a), Err(b)) => return Err(MemoryApiError::Devices(Box::new([a, b]))),
+                (Err(e), _) | (_, Err(e)) => return Err(e),
+            };
         let (Some(dst), Some(src)) = (dst.checked_add(dst_off), src.checked_add(src_off)) else {
-            info::error(format_args!("Call to omp_target_memcpy with invalid arguments (offset overflows)"));
-            return FAIL;
+            return Err(MemoryApiError::MemcpyOffsetOverflow);
         };
         if dst.checked_add(len).is_none() || src.checked_add(len).is_none() {
-            info::error(format_args!("omp_target_memcpy: {len} bytes run past the end of memory"));
-            return FAIL;
+            return Err(MemoryApiError::MemcpyPastEnd { len });
         }
-        if !self.fits("omp_target_memcpy", &d, dst, len) || !self.fits("omp_target_memcpy", &s, src, len) {
-            return FAIL;
-        }
+        self.fits("omp_target_memcpy", &d, dst, len)?;
+        self.fits("omp_target_memcpy", &s, src, len)?;
         match (&d, &s) {
             (ApiDevice::Offload(_), ApiDevice::Host) => self.api_event(ApiOp::CopyToDevice, dst_dev, dst, src, len),
             (ApiDevice::Host, ApiDevice::Offload(_)) => self.api_event(ApiOp::CopyFromDevice, src_dev, src, dst, len),
@@ -319,13 +324,7 @@ impl Runtime {
                 }
             }
         };
-        match r {
-            Ok(()) => 0,
-            Err(e) => {
-                e.report(format_args!("omp_target_memcpy failed: {e}"));
-                FAIL
-            }
-        }
+        r.map_err(|e| MemoryApiError::Memcpy(Box::new(e)))
     }
 
     /// `omp_target_memcpy_rect`. Null `dst` and `src` ask for the number of dimensions supported.
@@ -346,7 +345,7 @@ impl Runtime {
         src_dims: &[usize],
         dst_dev: i32,
         src_dev: i32,
-    ) -> i32 {
+    ) -> Result<(), MemoryApiError> {
         let dims = volume.len();
         if dims == 0
             || elem == 0
@@ -355,13 +354,9 @@ impl Runtime {
             || dst_dims.len() != dims
             || src_dims.len() != dims
         {
-            info::error(format_args!("Call to omp_target_memcpy_rect with invalid arguments"));
-            return FAIL;
+            return Err(MemoryApiError::RectArguments);
         }
-        let overflow = || {
-            info::error(format_args!("Call to omp_target_memcpy_rect with invalid arguments (sizes overflow)"));
-            FAIL
-        };
+        let overflow = || Err(MemoryApiError::RectOverflow);
         if dims == 1 {
             let (Some(len), Some(dst_off), Some(src_off)) =
                 (elem.checked_mul(volume[0]), elem.checked_mul(dst_offsets[0]), elem.checked_mul(src_offsets[0]))
@@ -385,7 +380,7 @@ impl Runtime {
                 return overflow();
             };
             // SAFETY: a slice of the volume the caller vouched for.
-            let r = unsafe {
+            unsafe {
                 self.memcpy_rect(
                     dst_row,
                     src_row,
@@ -398,31 +393,25 @@ impl Runtime {
                     dst_dev,
                     src_dev,
                 )
-            };
-            if r != 0 {
-                return r;
-            }
+            }?;
         }
-        0
+        Ok(())
     }
 
-    /// `omp_target_memset`: always returns `ptr`.
+    /// `omp_target_memset` (whose C function always returns `ptr`).
     ///
     /// # Safety
     /// On the initial device, `[ptr, ptr+len)` is program memory the caller names for this
     /// fill, writable for the call.
-    pub unsafe fn memset(&self, ptr: usize, byte: i32, len: usize, device: i32) -> usize {
+    pub unsafe fn memset(&self, ptr: usize, byte: i32, len: usize, device: i32) -> Result<(), MemoryApiError> {
         if ptr == 0 || len == 0 {
-            return ptr;
+            return Ok(());
         }
-        let Some(dev) = self.api_device(device, "omp_target_memset") else { return ptr };
+        let dev = self.api_device(device, "omp_target_memset")?;
         if ptr.checked_add(len).is_none() {
-            info::error(format_args!("omp_target_memset: {len} bytes at 0x{ptr:016x} run past the end of memory"));
-            return ptr;
+            return Err(MemoryApiError::MemsetPastEnd { len, ptr });
         }
-        if !self.fits("omp_target_memset", &dev, ptr, len) {
-            return ptr;
-        }
+        self.fits("omp_target_memset", &dev, ptr, len)?;
         match dev {
             // SAFETY: `fits` checked the range against what `omp_target_alloc` handed out, or
             // it is host memory the program named for this fill (the caller's promise).
@@ -431,41 +420,38 @@ impl Runtime {
                 self.api_event(ApiOp::Memset, device, ptr, byte as usize, len);
                 // SAFETY: device memory the program named for this fill (`omp_target_memset`'s
                 // contract), checked by `fits` against what `omp_target_alloc` handed out.
-                let r = unsafe { d.fill(ptr, byte as u8, len) };
-                if let Err(e) = r {
-                    e.report(format_args!("omp_target_memset failed: {e}"));
-                }
+                unsafe { d.fill(ptr, byte as u8, len) }.map_err(|e| MemoryApiError::Memset(Box::new(e)))?;
             }
         }
-        ptr
+        Ok(())
     }
 
     /// `omp_target_associate_ptr`: maps a host range to existing device memory, forever
     /// (until disassociated).
-    pub fn associate_ptr(&self, host: usize, tgt: usize, size: usize, offset: usize, device: i32) -> i32 {
+    pub fn associate_ptr(
+        &self,
+        host: usize,
+        tgt: usize,
+        size: usize,
+        offset: usize,
+        device: i32,
+    ) -> Result<(), MemoryApiError> {
+        const CALL: &str = "omp_target_associate_ptr";
         if host == 0 || tgt == 0 || size == 0 {
-            info::error(format_args!("omp_target_associate_ptr: invalid arguments (NULL pointer or zero size)"));
-            return FAIL;
+            return Err(MemoryApiError::AssociateArguments);
         }
-        let d = match self.api_device(device, "omp_target_associate_ptr") {
-            None => return FAIL,
-            Some(ApiDevice::Host) => {
-                info::error(format_args!("omp_target_associate_ptr: no association possible on the host"));
-                return FAIL;
-            }
-            Some(ApiDevice::Offload(d)) => d,
+        let d = match self.api_device(device, CALL)? {
+            ApiDevice::Host => return Err(MemoryApiError::NoAssociationOnHost { call: CALL }),
+            ApiDevice::Offload(d) => d,
         };
         let tgt_begin = tgt + offset;
         let mut t = d.lock_table();
         if let Lookup::Contained(k) | Lookup::Extends(k) = t.lookup(host, size) {
             let e = t.get(k).expect("key");
             if e.begin == host && e.tgt_begin == tgt_begin && e.size() == size {
-                return 0;
+                return Ok(());
             }
-            info::error(format_args!(
-                "Not allowed to re-associate a different device ptr+offset with the same host ptr"
-            ));
-            return FAIL;
+            return Err(MemoryApiError::Reassociate);
         }
         t.insert(MapEntry {
             base: host,
@@ -479,35 +465,27 @@ impl Runtime {
             shadows: Vec::new(),
             owns_memory: false,
         });
-        0
+        Ok(())
     }
 
     /// `omp_target_disassociate_ptr`.
-    pub fn disassociate_ptr(&self, host: usize, device: i32) -> i32 {
-        let d = match self.api_device(device, "omp_target_disassociate_ptr") {
-            None => return FAIL,
-            Some(ApiDevice::Host) => {
-                info::error(format_args!("omp_target_disassociate_ptr: no association possible on the host"));
-                return FAIL;
-            }
-            Some(ApiDevice::Offload(d)) => d,
+    pub fn disassociate_ptr(&self, host: usize, device: i32) -> Result<(), MemoryApiError> {
+        const CALL: &str = "omp_target_disassociate_ptr";
+        let d = match self.api_device(device, CALL)? {
+            ApiDevice::Host => return Err(MemoryApiError::NoAssociationOnHost { call: CALL }),
+            ApiDevice::Offload(d) => d,
         };
         let mut t = d.lock_table();
         let Some(e) = t.get(host) else {
-            info::error(format_args!("Association not found"));
-            return FAIL;
+            return Err(MemoryApiError::AssociationNotFound);
         };
         if e.hold_rc != 0 {
-            info::error(format_args!("Trying to disassociate a pointer with a non-zero hold reference count"));
-            return FAIL;
+            return Err(MemoryApiError::DisassociateHeld);
         }
         if e.dyn_rc != INF || e.owns_memory {
-            info::error(format_args!(
-                "Trying to disassociate a pointer which was not mapped via omp_target_associate_ptr"
-            ));
-            return FAIL;
+            return Err(MemoryApiError::NotAssociated);
         }
         t.remove(host);
-        0
+        Ok(())
     }
 }
