@@ -3,7 +3,8 @@
 
 use super::*;
 use omp_plugin::{
-    AccessTracking, AllocKind, Fault, GlobalSymbol, ImageId, KernelId, LaunchConfig, PageAccess, Result, TRACK_PAGE,
+    AccessTracking, AllocKind, Fault, GlobalSymbol, ImageId, KernelId, LaunchConfig, LaunchShape, PageAccess, Peer,
+    Result, TRACK_PAGE,
 };
 use std::ffi::CStr;
 
@@ -120,6 +121,28 @@ impl Device for TrackedDevice {
     }
     fn access_tracking(&self) -> Option<&dyn AccessTracking> {
         self.backend.access_tracking()
+    }
+    // What a GPU does itself (fills, peer copies, its indirect-call table, device timing, its
+    // own launch shape) is the backend's, checked or not.
+    fn bind_indirect_functions(&self, image: ImageId, functions: &[(usize, usize)]) -> Result<()> {
+        self.backend.bind_indirect_functions(image, functions)
+    }
+    unsafe fn fill(&self, tgt: usize, byte: u8, size: usize) -> Result<()> {
+        // SAFETY: the caller's promise, passed on unchanged.
+        unsafe { self.backend.fill(tgt, byte, size) }
+    }
+    fn peer(&self) -> Option<Peer> {
+        self.backend.peer()
+    }
+    unsafe fn copy_to_peer(&self, peer: Peer, dst: usize, src: usize, size: usize) -> Option<Result<()>> {
+        // SAFETY: the caller's promise, passed on unchanged.
+        unsafe { self.backend.copy_to_peer(peer, dst, src, size) }
+    }
+    fn device_time(&self) -> Option<std::time::Duration> {
+        self.backend.device_time()
+    }
+    fn launch_shape(&self, kernel: KernelId, config: &LaunchConfig) -> Option<LaunchShape> {
+        self.backend.launch_shape(kernel, config)
     }
 }
 

@@ -318,24 +318,34 @@ fn a_program_without_an_nvptx64_image_is_untouched_by_the_driver() {
 #[cfg_attr(omp_e2e, test)]
 fn memset_peer_copies_and_a_nowait_depend_chain_run_on_fake_gpus() {
     let exe = build("memory_async", true);
-    let log = launch_log("memory-async");
-    let log_path = log.display().to_string();
-    let env = [("FAKE_CUDA_DEVICES", "2"), ("OMP_DEFAULT_DEVICE", GPU), ("FAKE_CUDA_LOG", log_path.as_str())];
-    let o = run(&exe, true, &env);
-    let (out, err) = text(&o);
-    assert!(o.status.success(), "{out}{err}");
-    assert_eq!(
-        out, "memset: 4046 set, 50 zero\ndevice to device rc=0: 4046 set, 50 zero\nnowait chain done x[5]=5\n",
-        "{err}"
-    );
-    assert_eq!(runtime_lines(&err), "");
-    let driver = std::fs::read_to_string(&log).unwrap_or_default();
-    assert_eq!(driver.lines().filter(|l| l.starts_with("memset ")).count(), 2, "two device memsets:\n{driver}");
-    assert!(
-        driver.contains("peer copy 4096 from context 0x1000 to context 0x1001\n"),
-        "GPU to GPU without the host:\n{driver}"
-    );
-    assert_eq!(driver.lines().filter(|l| l.starts_with("launch ")).count(), 2, "both chained kernels:\n{driver}");
+    // The checker's device decorator hands fills and peer copies to the GPU as well.
+    for check in ["0", "1"] {
+        let log = launch_log(&format!("memory-async-check{check}"));
+        let log_path = log.display().to_string();
+        let env = [
+            ("FAKE_CUDA_DEVICES", "2"),
+            ("OMP_DEFAULT_DEVICE", GPU),
+            ("FAKE_CUDA_LOG", log_path.as_str()),
+            ("LIBOMPTARGET_CHECK", check),
+        ];
+        let o = run(&exe, true, &env);
+        let (out, err) = text(&o);
+        assert!(o.status.success(), "CHECK={check}: {out}{err}");
+        assert_eq!(
+            out, "memset: 4046 set, 50 zero\ndevice to device rc=0: 4046 set, 50 zero\nnowait chain done x[5]=5\n",
+            "CHECK={check}: {err}"
+        );
+        assert_eq!(runtime_lines(&err), "", "CHECK={check}");
+        let driver = std::fs::read_to_string(&log).unwrap_or_default();
+        let memsets = driver.lines().filter(|l| l.starts_with("memset ")).count();
+        assert_eq!(memsets, 2, "CHECK={check}: two device memsets:\n{driver}");
+        assert!(
+            driver.contains("peer copy 4096 from context 0x1000 to context 0x1001\n"),
+            "CHECK={check}: GPU to GPU without the host:\n{driver}"
+        );
+        let launches = driver.lines().filter(|l| l.starts_with("launch ")).count();
+        assert_eq!(launches, 2, "CHECK={check}: both chained kernels:\n{driver}");
+    }
 }
 
 #[cfg_attr(omp_e2e, test)]
