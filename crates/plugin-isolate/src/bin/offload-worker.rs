@@ -34,23 +34,29 @@ fn main() {
     // Device memory shared with the program. When it cannot be mapped, the program notices
     // (no acknowledgement) and allocates device memory here instead.
     if let Some((base, size)) = arena {
-        if omp_plugin_isolate::arena::map_in_worker(base, size).is_ok() && check {
-            // Check mode (LIBOMPTARGET_CHECK): guard pages and access tracking.
-            // SAFETY: the arena was just mapped at `base` by `map_in_worker`.
-            if let Err(e) = unsafe { omp_plugin_isolate::track::start_in_worker(base, size) } {
-                eprintln!("offload-worker: cannot set up the mapping checker's page protections: {e}");
-                std::process::exit(1);
+        if omp_plugin_isolate::arena::map_in_worker(base, size).is_ok() {
+            // A kernel's stack overflow is said in the arena's header.
+            // SAFETY: the arena was just mapped at `base`, for the worker's whole life.
+            unsafe { omp_plugin_isolate::signals::record_overflows_in(base) };
+            if check {
+                // Check mode (LIBOMPTARGET_CHECK): guard pages and access tracking.
+                // SAFETY: the arena was just mapped at `base` by `map_in_worker`.
+                if let Err(e) = unsafe { omp_plugin_isolate::track::start_in_worker(base, size) } {
+                    eprintln!("offload-worker: cannot set up the mapping checker's page protections: {e}");
+                    std::process::exit(1);
+                }
+                let around = omp_plugin_isolate::track::around_launch;
+                std::process::exit(omp_worker::serve::main_around_launches(
+                    &omp_plugin_host::HostPlugin,
+                    devices,
+                    parent,
+                    around,
+                ));
             }
-            let around = omp_plugin_isolate::track::around_launch;
-            std::process::exit(omp_worker::serve::main_around_launches(
-                &omp_plugin_host::HostPlugin,
-                devices,
-                parent,
-                around,
-            ));
         }
     }
-    std::process::exit(omp_worker::serve::main(&omp_plugin_host::HostPlugin, devices, parent));
+    let around = omp_plugin_isolate::signals::around_launch;
+    std::process::exit(omp_worker::serve::main_around_launches(&omp_plugin_host::HostPlugin, devices, parent, around));
 }
 
 fn usage() -> ! {
