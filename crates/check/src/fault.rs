@@ -102,7 +102,9 @@ impl Checker {
                 let sec = report::section(e.name, report::is_fortran(loc, e.name));
                 // flang 19–22 start some such sections of allocatable, pointer and assumed-shape
                 // arrays at the wrong element (docs/ompcc.md, "Fortran array sections").
-                let flang = if report::is_fortran(loc, e.name) && report::multi_dim_section(&sec) {
+                // (An array of explicit shape is its own mapping; one reached through a
+                // descriptor is the member of the descriptor's.)
+                let flang = if report::is_fortran(loc, e.name) && report::multi_dim_section(&sec) && !e.explicit {
                     "; if the kernel uses only the elements named, flang started this section at the wrong element \
                      (a bug of flang 19-22 with allocatable, pointer and assumed-shape arrays): build with ompcc, which \
                      corrects it or says how to write it"

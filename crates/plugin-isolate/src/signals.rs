@@ -101,7 +101,8 @@ extern "C" fn on_signal(sig: i32, info: *mut libc::siginfo_t, ctx: *mut libc::c_
 }
 
 thread_local! {
-    /// This thread's stack: (lowest usable address, size); (0, 0) until it ran a kernel.
+    /// This thread's stack: (lowest usable address, size asked for); (0, 0) until it ran a
+    /// kernel.
     /// Plain data with a constant initializer: read from a signal handler without any
     /// allocation or lock.
     static KERNEL_STACK: Cell<(usize, usize)> = const { Cell::new((0, 0)) };
@@ -140,8 +141,9 @@ pub fn kernel_thread_ready() {
         let mut attr: libc::pthread_attr_t = std::mem::zeroed();
         if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) == 0 {
             let (mut addr, mut size) = (std::ptr::null_mut(), 0usize);
-            if libc::pthread_attr_getstack(&attr, &mut addr, &mut size) == 0 {
-                KERNEL_STACK.set((addr as usize, size));
+            if libc::pthread_attr_getstack(&attr, &mut addr, &mut size) == 0 && size > 0 {
+                // The size said is the one asked for (the system's may differ by a page).
+                KERNEL_STACK.set((addr as usize, omp_worker::serve::kernel_stack_size()));
             }
             libc::pthread_attr_destroy(&mut attr);
         }
