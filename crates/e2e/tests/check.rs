@@ -521,11 +521,15 @@ fn a_kernels_stack_overflow_says_so_with_its_stack_and_how_to_raise_it() {
             "had 1024 KiB of stack; raise it with OMP_STACKSIZE=2M;",
         ),
     ];
-    for (env, stack) in cases {
-        let o = run(&exe, env);
+    // The first thread of the kernel (the worker's), then threads libomp started.
+    for ((env, stack), arg) in cases.iter().flat_map(|c| [(c, None), (c, Some("parallel"))]) {
+        let (env, stack) = (*env, *stack);
+        let mut cmd = Command::new(&exe);
+        cmd.args(arg).env("LD_LIBRARY_PATH", dist_lib()).envs(env.iter().copied());
+        let o = cmd.output().expect("run");
         let err = text(&o.stderr);
-        assert!(!o.status.success() && !text(&o.stdout).contains("after"), "{env:?}: {err}");
-        assert!(err.contains("stack overflow in the kernel (the kernel's threads"), "{env:?}: {err}");
+        assert!(!o.status.success() && !text(&o.stdout).contains("after"), "{env:?} {arg:?}: {err}");
+        assert!(err.contains("stack overflow in the kernel (the kernel's threads"), "{env:?} {arg:?}: {err}");
         assert!(err.contains(stack) && err.contains("a GPU thread has about 1 KiB by default"), "{env:?}: {err}");
         assert!(
             !err.contains("abort()") && !err.contains("host pointer") && !err.contains("overflowed"),
