@@ -108,6 +108,27 @@ thread_local! {
     static KERNEL_STACK: Cell<(usize, usize)> = const { Cell::new((0, 0)) };
 }
 
+/// An alternate signal stack this module gave its thread: turned off and unmapped when the
+/// thread ends (a pool's threads come and go).
+struct AltStack(*mut libc::c_void);
+
+impl Drop for AltStack {
+    fn drop(&mut self) {
+        let off = libc::stack_t { ss_sp: std::ptr::null_mut(), ss_flags: libc::SS_DISABLE, ss_size: 0 };
+        // SAFETY: this thread's alternate stack is turned off (the thread is ending, not
+        // running a handler on it), then its mapping, made for it alone, goes.
+        unsafe {
+            if libc::sigaltstack(&off, std::ptr::null_mut()) == 0 {
+                libc::munmap(self.0, ALT_STACK);
+            }
+        }
+    }
+}
+
+thread_local! {
+    static ALT_STACK_OF_THREAD: std::cell::RefCell<Option<AltStack>> = const { std::cell::RefCell::new(None) };
+}
+
 /// The arena's base, where stack overflows are recorded; 0 when there is none.
 static ARENA_HEADER: AtomicUsize = AtomicUsize::new(0);
 
@@ -135,8 +156,8 @@ pub fn kernel_thread_ready() {
     }
     // SAFETY: pthread_getattr_np fills the attribute object of the calling thread, which is
     // destroyed after its stack was read; sigaltstack reads the current alternate stack and
-    // installs a new one only when there is none, on a mapping made for it and never
-    // unmapped (the thread runs kernels until the process ends).
+    // installs a new one only when there is none, on a mapping made for it and unmapped only
+    // after it was turned off, when the thread ends (`AltStack`).
     unsafe {
         let mut attr: libc::pthread_attr_t = std::mem::zeroed();
         if libc::pthread_getattr_np(libc::pthread_self(), &mut attr) == 0 {
@@ -154,7 +175,11 @@ pub fn kernel_thread_ready() {
             let mem = libc::mmap(std::ptr::null_mut(), ALT_STACK, prot, flags, -1, 0);
             if mem != libc::MAP_FAILED {
                 let alt = libc::stack_t { ss_sp: mem, ss_flags: 0, ss_size: ALT_STACK };
-                libc::sigaltstack(&alt, std::ptr::null_mut());
+                if libc::sigaltstack(&alt, std::ptr::null_mut()) == 0 {
+                    ALT_STACK_OF_THREAD.with(|a| *a.borrow_mut() = Some(AltStack(mem)));
+                } else {
+                    libc::munmap(mem, ALT_STACK);
+                }
             }
         }
     }
