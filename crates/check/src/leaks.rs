@@ -73,7 +73,7 @@ mod tests {
     #[test]
     fn a_descriptors_data_is_the_member_at_its_base_address() {
         let data = vec![0u8; 32 << 10];
-        let mut descriptor = vec![0u8; 48];
+        let mut descriptor = [0u8; 48];
         descriptor[..8].copy_from_slice(&(data.as_ptr() as usize).to_le_bytes());
         let made = Some((TargetKind::EnterData, Loc::NONE));
         let mut d = Entry::new(0, descriptor.as_ptr() as usize, 48, 0x10000, MapName::NONE, made);
