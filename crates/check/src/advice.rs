@@ -74,6 +74,9 @@ pub(super) enum Waste {
     UnreadToDevice(Clause),
     /// Device memory allocated again and again for the same host range at the same place.
     RepeatedAlloc,
+    /// Host→device copy of a mapping whose kernels read only part of it: the start or the
+    /// end, large ([`crate::entry::Entry::untouched_part`]), no kernel touched.
+    PartlyUnreadToDevice(Clause),
 }
 
 impl Waste {
@@ -84,6 +87,7 @@ impl Waste {
             Waste::UnchangedFromDevice(_) => "copied back from the device although no kernel changed it",
             Waste::UnreadToDevice(_) => "copied to the device but never read there by a kernel",
             Waste::RepeatedAlloc => "allocated and freed on the device again and again",
+            Waste::PartlyUnreadToDevice(_) => "copied to the device, but no kernel read part of it",
         }
     }
 
@@ -120,7 +124,47 @@ impl Waste {
                 report::directive(fortran, "target enter data map(alloc: …)"),
                 report::directive(fortran, "target exit data map(delete: …)")
             ),
+            Waste::PartlyUnreadToDevice(_) => "if no kernel needs that part, map only the rest".into(),
         }
+    }
+
+    /// The words of partial advice: which part no kernel read, and the fix with the smaller
+    /// section when the program's section says its elements (`a[0:1048576]`).
+    fn says_part(self, (s, e, size): (usize, usize, usize), name: MapName, fortran: bool) -> (String, String) {
+        let which = if s == 0 { "first" } else { "last" };
+        let elements = report::var(name)
+            .and_then(|v| literal_section(v, fortran))
+            .filter(|&(_, n)| n > 0 && size % n as usize == 0);
+        let mut says = format!(
+            "copied to the device, but no kernel read its {which} {} (bytes {s}..{e} of {size}",
+            report::bytes(e - s)
+        );
+        let mut rest = String::from("the rest");
+        if let (Some((lo, n)), Some(v)) = (elements, report::var(name)) {
+            let elem = size / n as usize;
+            let (i, j) = (lo + (s / elem) as i64, lo + (e / elem) as i64);
+            if fortran {
+                says.push_str(&format!(", elements {i} to {}", j - 1));
+            } else {
+                says.push_str(&format!(", elements {i}..{j}"));
+            }
+            let (keep_lo, keep_n) = if s == 0 { (j, n - (j - lo) as u64) } else { (lo, (i - lo) as u64) };
+            let base = report::base_var(v);
+            let sec = if fortran {
+                format!("{base}({keep_lo}:{})", keep_lo + keep_n as i64 - 1)
+            } else {
+                format!("{base}[{keep_lo}:{keep_n}]")
+            };
+            rest = match self {
+                Waste::PartlyUnreadToDevice(Clause::Map(t) | Clause::Implicit(t)) => format!("`map({t}: {sec})`"),
+                Waste::PartlyUnreadToDevice(Clause::Update) => {
+                    report::directive(fortran, &format!("target update to({sec})"))
+                }
+                _ => format!("`{sec}`"),
+            };
+        }
+        says.push(')');
+        (says, format!("if no kernel needs that part, map only {rest}"))
     }
 
     /// Whether the waste is data moved (allocations move nothing).
@@ -171,6 +215,9 @@ struct Tally {
     fortran: bool,
     /// The mapping's name (for its place when the construct has none).
     name: MapName,
+    /// Partial advice: the part no kernel read every time, as host offsets of a mapping of
+    /// this size `(s, e, size)`; `None` once some time had no such part.
+    part: Option<(usize, usize, usize)>,
 }
 
 /// A copy's direction, for [`Advisor::needed`].
@@ -216,6 +263,26 @@ impl Advisor {
         e.time += time;
     }
 
+    /// A mapping made at `loc` (`m`) ended whose kernels read some of it, and no kernel read
+    /// the part `part` (host offsets; `None`: none worth saying). Advice is given only when
+    /// every such mapping at `loc` left the same part unread (the part they all share).
+    pub fn note_part(&self, waste: Waste, loc: Loc, m: Mapped, part: Option<(usize, usize)>) {
+        let fortran = report::is_fortran(loc, m.name);
+        let mut t = self.tallies.lock();
+        let first = !t.contains_key(&(waste, loc, Who::of(waste, m)));
+        let e = t.entry((waste, loc, Who::of(waste, m))).or_default();
+        let part = part.map(|(s, end)| (s, end, m.size));
+        e.part = match (first, e.part, part) {
+            (true, _, p) => p,
+            (false, Some((a, b, n)), Some((c, d, k))) if n == k && a.max(c) < b.min(d) => Some((a.max(c), b.min(d), n)),
+            _ => None,
+        };
+        e.fortran |= fortran;
+        e.name = m.name;
+        e.times += 1;
+        e.bytes = e.part.map_or(0, |(s, end, _)| (end - s) as u64 * e.times);
+    }
+
     /// A copy in direction `dir` at `loc` of mapping `m` was needed.
     pub fn needed(&self, dir: Copy, loc: Loc, m: Mapped) {
         let mut needed = self.needed.lock();
@@ -257,6 +324,7 @@ impl Advisor {
         let mut rows: Vec<_> = t
             .iter()
             .filter(|((w, _, _), tally)| *w != Waste::RepeatedAlloc || tally.times >= 2)
+            .filter(|((w, _, _), tally)| !matches!(w, Waste::PartlyUnreadToDevice(_)) || tally.part.is_some())
             .filter(|((w, loc, who), _)| !self.unsafe_to_follow(*w, *loc, who))
             .collect();
         if rows.is_empty() {
@@ -281,16 +349,18 @@ impl Advisor {
             )
         };
         for ((waste, loc, who), tally) in listed.iter().take(MAX_LISTED) {
+            let (says, fix) = match tally.part {
+                Some(part) => waste.says_part(part, tally.name, tally.fortran),
+                None => (waste.says().to_string(), waste.fix(tally.fortran)),
+            };
             out.push_str(&format!(
-                "omptarget advice:   {} at {}: {} ({} time{}, {}, {:.3} ms); {}\n",
+                "omptarget advice:   {} at {}: {says} ({} time{}, {}, {:.3} ms); {fix}\n",
                 mapping(who, tally.name),
                 place(*loc, tally.name),
-                waste.says(),
                 tally.times,
                 plural(tally.times),
                 report::bytes(tally.bytes as usize),
                 tally.time.as_secs_f64() * 1e3,
-                waste.fix(tally.fortran)
             ));
         }
         if listed.len() > MAX_LISTED {
@@ -308,6 +378,18 @@ impl Advisor {
         }
         out
     }
+}
+
+/// The lower bound and the number of elements of a one-subscript section written with
+/// numbers: `a[16:1024]` → (16, 1024), `a(1:100)` → (1, 100). `None` for any other.
+fn literal_section(spelling: &str, fortran: bool) -> Option<(i64, u64)> {
+    let (open, close) = if fortran { ('(', ')') } else { ('[', ']') };
+    let inner = spelling.split_once(open)?.1.strip_suffix(close)?;
+    let (lo, hi) = inner.split_once(':')?;
+    let lo: i64 = if lo.trim().is_empty() && !fortran { 0 } else { lo.trim().parse().ok()? };
+    let hi: i64 = hi.trim().parse().ok()?;
+    let n = if fortran { hi - lo + 1 } else { hi };
+    u64::try_from(n).ok().map(|n| (lo, n))
 }
 
 fn plural(n: u64) -> &'static str {
@@ -414,6 +496,39 @@ mod tests {
         a.needed(Copy::There, there, f);
         let s = a.summary();
         assert!(s.contains("(4096.0 KiB in 1 place)") && s.contains("at 0x9000 at t.c:9:1"), "{s}");
+    }
+
+    #[test]
+    fn the_part_no_kernel_read_is_said_only_when_every_mapping_left_it_unread() {
+        let leak = |s: &str| {
+            let c = Box::leak(std::ffi::CString::new(s).unwrap().into_boxed_c_str());
+            // SAFETY: a leaked string lives, unchanged, to the end of the process.
+            unsafe { MapName::from_raw(c.as_ptr() as usize) }
+        };
+        let name = leak(";a[0:1048576];t.c;9;1;;");
+        let m = Mapped { name, begin: 0x1000, size: 8 << 20 };
+        let at = Loc::from_static(c";t.c;main;9;1;;");
+        let part = Waste::PartlyUnreadToDevice(Clause::Map("tofrom"));
+        let a = Advisor::default();
+        a.note_part(part, at, m, Some((4 << 20, 8 << 20)));
+        a.note_part(part, at, m, Some((6 << 20, 8 << 20)));
+        let s = a.summary();
+        assert!(
+            s.contains(
+                "a[0:1048576] at t.c:9:1: copied to the device, but no kernel read its last 2048.0 KiB (bytes \
+                 6291456..8388608 of 8388608, elements 786432..1048576) (2 times, 4096.0 KiB, 0.000 ms); if no kernel \
+                 needs that part, map only `map(tofrom: a[0:786432])`"
+            ),
+            "{s}"
+        );
+        a.note_part(part, at, m, None);
+        assert_eq!(a.summary(), "", "one mapping read it all: no advice");
+        let f = Advisor::default();
+        let fname = leak(";t.f90;b(1:1000000);9;1;;");
+        f.note_part(part, at, Mapped { name: fname, begin: 0x1000, size: 8_000_000 }, Some((0, 4_000_000)));
+        let s = f.summary();
+        assert!(s.contains("first 3906.2 KiB (bytes 0..4000000 of 8000000, elements 1 to 500000)"), "{s}");
+        assert!(s.contains("map only `map(tofrom: b(500001:1000000))`"), "{s}");
     }
 
     #[test]

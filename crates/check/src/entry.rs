@@ -10,6 +10,12 @@ use omp_runtime::{Loc, MapName};
 /// forgotten: advice missed, never wrong).
 const MAX_UNREAD_COPIES: usize = 64;
 
+/// The least part of a mapping, in bytes, that advice says no kernel read.
+pub(super) const UNTOUCHED_MIN_BYTES: usize = 1 << 20;
+
+/// ... and the least share of the mapping (1/4).
+pub(super) const UNTOUCHED_MIN_SHARE: usize = 4;
+
 /// Copies to the device of host offsets `[s, e)` at one place that no kernel has read since
 /// (the advisor's).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -55,6 +61,13 @@ pub(super) struct Entry {
     /// The copies to the device since a kernel last touched this mapping, or its bytes were
     /// copied back (the advisor's: only copies no byte of which was used are advice).
     pub unread_copies: Vec<UnreadCopy>,
+    /// Per device page: the program's data was copied there while pages were watched (the
+    /// advisor's, for the part of a mapping no kernel read).
+    pub copied_in: Vec<bool>,
+    /// Per device page: a kernel touched it (or what it did there is unknown) while mapped.
+    pub touched: Vec<bool>,
+    /// The clause of the first copy to the device that was watched.
+    pub copy_clause: Option<Clause>,
 }
 
 impl Entry {
@@ -84,6 +97,9 @@ impl Entry {
             init: vec![false; pages],
             unread: vec![false; pages],
             unread_copies: Vec::new(),
+            copied_in: vec![false; pages],
+            touched: vec![false; pages],
+            copy_clause: None,
         }
     }
 
@@ -111,6 +127,28 @@ impl Entry {
         let (gone, kept) = self.unread_copies.iter().partition(|c| s <= c.s && c.e <= e);
         self.unread_copies = kept;
         gone
+    }
+
+    /// The part of the mapping copied to the device that no kernel touched, as host offsets
+    /// `[s, e)`, when it is worth saying: one run of whole pages at the start or the end of
+    /// the mapping (a smaller section leaves it out), at least [`UNTOUCHED_MIN_BYTES`] and
+    /// at least 1/[`UNTOUCHED_MIN_SHARE`] of the mapping, while kernels did touch the rest.
+    /// Scattered pages (a table read at random places, a stencil's boundary rows) are not.
+    pub fn untouched_part(&self) -> Option<(usize, usize)> {
+        let n = self.touched.len();
+        if n == 0 || !self.touched.iter().any(|&t| t) {
+            return None;
+        }
+        let idle = |i: usize| self.copied_in[i] && !self.touched[i];
+        let head = (0..n).take_while(|&i| idle(i)).count();
+        let tail = (0..n).rev().take_while(|&i| idle(i)).count();
+        let (s, e) = if head >= tail {
+            (0, self.page_span(head.checked_sub(1)?).1)
+        } else {
+            (self.page_span(n - tail).0, self.size)
+        };
+        let big = e - s >= UNTOUCHED_MIN_BYTES && (e - s) * UNTOUCHED_MIN_SHARE >= self.size;
+        big.then_some((s, e))
     }
 
     /// The first device page's address.
@@ -202,6 +240,7 @@ impl Entry {
         for p in self.pages_for(s, e) {
             self.init[p] = true;
             self.unread[p] = false;
+            self.touched[p] = true;
         }
     }
 
@@ -406,6 +445,42 @@ mod tests {
         assert_eq!((gone[0].clause, gone[0].times, gone[0].e), (Clause::Update, 2, 80));
         assert_eq!(e.copies_used().len(), 1);
         assert!(e.unread_copies.is_empty());
+    }
+
+    #[test]
+    fn only_a_large_untouched_start_or_end_is_a_part_worth_saying() {
+        let pages = 1024; // 4 MiB
+        let fresh = || {
+            let mut e = Entry::new(0, 0x1000_0000, pages * TRACK_PAGE, 0x2000_0000, MapName::NONE, None);
+            e.copied_in.iter_mut().for_each(|c| *c = true);
+            e
+        };
+        let mut e = fresh();
+        assert_eq!(e.untouched_part(), None, "no kernel touched it: that is other advice");
+        e.touched[..512].iter_mut().for_each(|t| *t = true);
+        assert_eq!(e.untouched_part(), Some((2 << 20, 4 << 20)), "the last half");
+        let mut start = fresh();
+        start.touched[300..].iter_mut().for_each(|t| *t = true);
+        assert_eq!(start.untouched_part(), Some((0, 300 * TRACK_PAGE)));
+        // A stencil's boundary rows: a few pages at each end.
+        let mut stencil = fresh();
+        stencil.touched[2..pages - 2].iter_mut().for_each(|t| *t = true);
+        assert_eq!(stencil.untouched_part(), None);
+        // A table read at random places: untouched pages scattered, some at the ends.
+        let mut table = fresh();
+        for i in (0..pages).filter(|i| i % 7 != 0 && i % 11 != 3) {
+            table.touched[i] = true;
+        }
+        assert_eq!(table.untouched_part(), None);
+        // Large, but under a quarter of the mapping.
+        let mut quarter = fresh();
+        quarter.touched[..800].iter_mut().for_each(|t| *t = true);
+        assert_eq!(quarter.untouched_part(), None);
+        // Pages no copy reached are not "copied and unread".
+        let mut alloc = fresh();
+        alloc.touched[..512].iter_mut().for_each(|t| *t = true);
+        alloc.copied_in[512..].iter_mut().for_each(|c| *c = false);
+        assert_eq!(alloc.untouched_part(), None);
     }
 
     #[test]

@@ -274,8 +274,10 @@ impl Checker {
                     if self.advising() && self.tracks(device) {
                         for p in e.pages_for(s, end) {
                             e.unread[p] = true;
+                            e.copied_in[p] = true;
                         }
                         let clause = self.clause(id, e.name, bytes);
+                        e.copy_clause.get_or_insert(clause);
                         e.copied_unread(loc, clause, s, end);
                     }
                 }
@@ -322,6 +324,14 @@ impl Checker {
             for c in &e.unread_copies {
                 let wasted = Waste::UnreadToDevice(c.clause);
                 self.advisor.note(wasted, c.at, m, c.times, (c.e - c.s) * c.times as usize, Duration::ZERO);
+            }
+            // Part of it no kernel read: said with the part, where the mapping was made. A
+            // mapping whose kernels read it all says so too (no advice then at that place).
+            if let (Some((_, made)), Some(clause)) = (e.made_by, e.copy_clause) {
+                if e.touched.iter().any(|&t| t) {
+                    let part = e.untouched_part();
+                    self.advisor.note_part(Waste::PartlyUnreadToDevice(clause), made, m, part);
+                }
             }
         }
         // Device changes are lost results only when the program asked for them (`from`,

@@ -2,6 +2,7 @@
 
 use super::*;
 use omp_plugin::{Fault, TRACK_PAGE};
+use omp_runtime::map_type::{FROM, TO};
 
 /// `OMP_MAP_IMPLICIT`.
 const IMPLICIT: i64 = 0x200;
@@ -101,26 +102,25 @@ impl Checker {
                 let sec = report::section(e.name, report::is_fortran(loc, e.name));
                 // flang 19–22 start some such sections of allocatable, pointer and assumed-shape
                 // arrays at the wrong element (docs/ompcc.md, "Fortran array sections").
-                let flang = if report::is_fortran(loc, e.name) && report::multi_dim_section(&sec) {
+                // (An array of explicit shape is its own mapping; one reached through a
+                // descriptor is the member of the descriptor's.)
+                let flang = if report::is_fortran(loc, e.name) && report::multi_dim_section(&sec) && !e.explicit {
                     "; if the kernel uses only the elements named, flang started this section at the wrong element \
                      (a bug of flang 19-22 with allocatable, pointer and assumed-shape arrays): build with ompcc, which \
                      corrects it or says how to write it"
                 } else {
                     ""
                 };
+                let map_type = self.map_type_of(construct, e).unwrap_or(fix_dir);
                 report::finding(
                     "out of bounds",
                     format_args!(
                         "kernel {kernel} at {at} {access} {how} {} ({}{made}) on device {}; map every element the \
-                         kernel uses (`map({fix_dir}: {})` with a larger extent) or fix the loop bounds{flang}{}",
+                         kernel uses (`map({map_type}: {})` with a larger extent) or fix the loop bounds{flang}{}",
                         report::var_or(e.name, e.size),
                         report::bytes(e.size),
                         device,
-                        if report::is_fortran(loc, e.name) {
-                            report::base_var(&sec).to_string() + "(1:m)"
-                        } else {
-                            report::base_var(&sec).to_string() + "[0:M]"
-                        },
+                        report::widened(&sec, report::is_fortran(loc, e.name)),
                         hint(report::var(e.name).is_some(), &at)
                     ),
                 );
@@ -140,6 +140,28 @@ impl Checker {
 }
 
 impl Checker {
+    /// The map type the program wrote for mapping `e`: the construct's own map argument for
+    /// it, else what the mapping's copies say (`to` when the program's data went to the
+    /// device, `from` when a construct asked for it back). `None` when nothing says.
+    fn map_type_of(&self, construct: u64, e: &Entry) -> Option<&'static str> {
+        let var = report::var(e.name).map(report::base_var);
+        let written = self.with_ctx(construct, |c| {
+            let c = c?;
+            let same = |n: MapName| n == e.name || var.is_some() && report::var(n).map(report::base_var) == var;
+            c.args.iter().find(|&&(n, ty, _)| same(n) && ty & (TO | FROM) != 0).map(|a| a.1)
+        });
+        let (to, from) = match written {
+            Some(ty) => (ty & TO != 0, ty & FROM != 0),
+            None => (e.meaningful, e.from_asked),
+        };
+        match (to, from) {
+            (true, true) => Some("tofrom"),
+            (true, false) => Some("to"),
+            (false, true) => Some("from"),
+            (false, false) => None,
+        }
+    }
+
     /// The fault lies in device memory a mapping held before it ended: says which mapping,
     /// and where it ended. False when no ended mapping held the address, or when a live
     /// mapping's guard pages are there (freed memory is reused once out of quarantine, and

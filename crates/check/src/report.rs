@@ -156,6 +156,85 @@ pub(super) fn section(name: MapName, fortran: bool) -> String {
     }
 }
 
+/// The fix for an access past a section: the same section with its outermost extent (C's
+/// first subscript range, Fortran's last, each the one that grows the memory contiguously)
+/// made larger, `M` (`m` in Fortran; another name when the section uses that one). A
+/// section of one subscript, or a bare variable, becomes `a[0:M]` / `a(1:m)`.
+pub(super) fn widened(spelling: &str, fortran: bool) -> String {
+    let base = base_var(spelling);
+    let subscripts = subscripts(spelling, fortran);
+    if subscripts.len() < 2 {
+        return if fortran { format!("{base}(1:m)") } else { format!("{base}[0:M]") };
+    }
+    let grown = if fortran {
+        subscripts.iter().rposition(|s| s.contains(':'))
+    } else {
+        subscripts.iter().position(|s| s.contains(':'))
+    };
+    let Some(grown) = grown else {
+        return if fortran { format!("{base}(1:m)") } else { format!("{base}[0:M]") };
+    };
+    let used: Vec<String> = spelling
+        .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+        .map(|w| if fortran { w.to_ascii_lowercase() } else { w.to_string() })
+        .collect();
+    let stem = if fortran { "m" } else { "M" };
+    let extent = std::iter::once(stem.to_string())
+        .chain((2..).map(|k| format!("{stem}{k}")))
+        .find(|c| !used.contains(c))
+        .expect("an unused name");
+    let parts: Vec<String> = subscripts
+        .iter()
+        .enumerate()
+        .map(|(i, s)| {
+            if i == grown {
+                format!("{}:{extent}", s.split(':').next().unwrap_or("").trim())
+            } else {
+                s.trim().to_string()
+            }
+        })
+        .collect();
+    if fortran {
+        format!("{base}({})", parts.join(","))
+    } else {
+        format!("{base}{}", parts.iter().map(|p| format!("[{p}]")).collect::<String>())
+    }
+}
+
+/// The subscripts of a section, outermost bracket level only: `a[0:n][0:m]` → `0:n`, `0:m`;
+/// `a(1:n,f(1,2):3)` → `1:n`, `f(1,2):3`. Empty when the spelling has none.
+fn subscripts(spelling: &str, fortran: bool) -> Vec<&str> {
+    let Some(open) = spelling.find(if fortran { '(' } else { '[' }) else { return Vec::new() };
+    let mut out = Vec::new();
+    // C: groups `[…]` one after another; Fortran: one `(…)` split at its top-level commas.
+    let mut depth = 0i32;
+    let mut start = open + 1;
+    for (i, c) in spelling[open..].char_indices().map(|(i, c)| (i + open, c)) {
+        match c {
+            '[' if !fortran && depth == 0 => {
+                start = i + 1;
+                depth = 1;
+            }
+            '(' if fortran && depth == 0 && i == open => depth = 1,
+            '(' | '[' => depth += 1,
+            ')' | ']' if depth > 1 => depth -= 1,
+            ')' | ']' if depth == 1 => {
+                out.push(&spelling[start..i]);
+                depth = 0;
+                if fortran {
+                    return out;
+                }
+            }
+            ',' if fortran && depth == 1 => {
+                out.push(&spelling[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    out
+}
+
 /// A Fortran section with more than one subscript (`a(3:10,i,j)`): one that flang 19–22 may
 /// start at the wrong element when the array is reached through a descriptor.
 pub(super) fn multi_dim_section(spelling: &str) -> bool {
@@ -204,6 +283,20 @@ mod tests {
         for no in ["a", "a(3:10)", "a(f(1,2):3)", "a[0:n]", "a(", "a()"] {
             assert!(!multi_dim_section(no), "{no}");
         }
+    }
+
+    #[test]
+    fn a_fix_keeps_the_sections_rank_and_grows_its_outermost_extent() {
+        assert_eq!(widened("a[0:1024]", false), "a[0:M]");
+        assert_eq!(widened("a(1:1024)", true), "a(1:m)");
+        assert_eq!(widened("a", true), "a(1:m)");
+        assert_eq!(widened("a[0:N]", false), "a[0:M]");
+        assert_eq!(widened("a[0:n][0:m][0:k]", false), "a[0:M][0:m][0:k]");
+        assert_eq!(widened("a[0:N][0:M][0:K]", false), "a[0:M2][0:M][0:K]");
+        assert_eq!(widened("a[i][0:n]", false), "a[i][0:M]");
+        assert_eq!(widened("a(1:n,1:m,1:k)", true), "a(1:n,1:m,1:m2)");
+        assert_eq!(widened("a(2:n, f(1,2):3, j)", true), "a(2:n,f(1,2):m,j)");
+        assert_eq!(widened("a(i,j)", true), "a(1:m)");
     }
 
     #[test]

@@ -195,6 +195,7 @@ impl Checker {
             if let Some(e) = entries.get_mut(&key).filter(|e| i < e.init.len()) {
                 e.init[i] = true;
                 e.unread[i] = false;
+                e.touched[i] = true;
                 self.copies_used(e);
             }
         }
@@ -211,6 +212,7 @@ impl Checker {
             // A page the kernel wrote first may still have been read (`x += 1` faults as a
             // write): only pages no kernel touched count as unread.
             e.unread[i] = false;
+            e.touched[i] = true;
             self.copies_used(e);
             if a.written {
                 e.init[i] = true;

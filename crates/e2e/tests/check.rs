@@ -506,3 +506,107 @@ fn omp_target_alloc_memory_is_checked_for_uninitialized_reads_and_leaks() {
     let leak = with("leak");
     one_finding(&leak, &["leak: the omp_target_alloc memory at 0x", "(32.0 KiB on device 0) is never freed"]);
 }
+
+/// A kernel that overflows its stack on the isolated device is said to, with the stack its
+/// threads had, how to raise it and what a GPU allows: not an abort, not a host pointer, and
+/// no mapping is blamed.
+#[cfg_attr(omp_e2e, test)]
+fn a_kernels_stack_overflow_says_so_with_its_stack_and_how_to_raise_it() {
+    let exe = build(Llvm::V22, "check/stack_overflow.c", &[]);
+    let cases: [(&[(&str, &str)], &str); 3] = [
+        (&[("LIBOMPTARGET_ISOLATE", "1")], "had 4096 KiB of stack; raise it with OMP_STACKSIZE=8M;"),
+        (&[CHECK], "had 4096 KiB of stack; raise it with OMP_STACKSIZE=8M;"),
+        (
+            &[("LIBOMPTARGET_ISOLATE", "1"), ("OMP_STACKSIZE", "1M")],
+            "had 1024 KiB of stack; raise it with OMP_STACKSIZE=2M;",
+        ),
+    ];
+    // The first thread of the kernel (the worker's), then threads libomp started.
+    for ((env, stack), arg) in cases.iter().flat_map(|c| [(c, None), (c, Some("parallel"))]) {
+        let (env, stack) = (*env, *stack);
+        let mut cmd = Command::new(&exe);
+        cmd.args(arg).env("LD_LIBRARY_PATH", dist_lib()).envs(env.iter().copied());
+        let o = cmd.output().expect("run");
+        let err = text(&o.stderr);
+        assert!(!o.status.success() && !text(&o.stdout).contains("after"), "{env:?} {arg:?}: {err}");
+        assert!(err.contains("stack overflow in the kernel (the kernel's threads"), "{env:?} {arg:?}: {err}");
+        assert!(err.contains(stack) && err.contains("a GPU thread has about 1 KiB by default"), "{env:?}: {err}");
+        assert!(
+            !err.contains("abort()") && !err.contains("host pointer") && !err.contains("overflowed"),
+            "{env:?}: {err}"
+        );
+        assert!(findings(&o).is_empty(), "{env:?}: {err}");
+    }
+}
+
+/// The fix for an access past a section keeps the map type the program wrote (a read past
+/// a `tofrom` section stays `tofrom`) and the section's rank. (clang names a C section by
+/// its first subscript, `a[0:n]`: its fix `a[0:M]` maps M whole planes of the array.) A
+/// Fortran array of explicit shape draws no word of flang's section bug, which only arrays
+/// reached through a descriptor meet.
+#[cfg_attr(omp_e2e, test)]
+fn a_fix_keeps_the_map_type_and_the_sections_rank() {
+    for llvm in ALL {
+        let c = one_finding(
+            &run(&build(llvm, "check/bounds_rank3.c", &[]), &[CHECK]),
+            &["out of bounds", "read just past the end of `a[0:n]`", "`map(tofrom: a[0:M])`"],
+        );
+        assert!(!c.contains("map(to:"), "{c}");
+    }
+    let f = one_finding(
+        &run(&build_fortran("check/bounds_rank3.f90"), &[CHECK]),
+        &["out of bounds", "read just past the end of `a(1:16,1:16,1:16)`", "`map(tofrom: a(1:16,1:16,1:m))`"],
+    );
+    assert!(!f.contains("map(to:") && !f.contains("flang started this section"), "{f}");
+}
+
+/// A Fortran allocatable's finding gives its data's size, not its descriptor's.
+#[cfg_attr(omp_e2e, test)]
+fn a_fortran_allocatables_leak_is_the_size_of_its_data() {
+    let o = run(&build_fortran("check/leak_allocatable.f90"), &[CHECK]);
+    let f = one_finding(&o, &["leak", "`d`", "(32.0 KiB on device 0)", "leak_allocatable.f90:12", "map(release: d)"]);
+    assert!(!f.contains("48 bytes"), "{f}");
+    assert_eq!(text(&o.stdout), "s=4096.\n");
+}
+
+/// A mapping whose kernels read only its first half: the advice names the other half
+/// (bytes, elements) and the smaller section; the program that maps only that section
+/// prints the same and moves fewer bytes.
+#[cfg_attr(omp_e2e, test)]
+fn the_part_of_a_mapping_no_kernel_read_is_named_and_leaving_it_out_keeps_the_output() {
+    let exe = build(Llvm::V22, "check/advice_part.c", &[]);
+    let followed = build(Llvm::V22, "check/advice_part_followed.c", &[]);
+    let o = run(&exe, &[("LIBOMPTARGET_CHECK", "perf")]);
+    let part: Vec<String> = advice(&o).into_iter().filter(|l| l.contains("a[0:1048576]")).collect();
+    assert_eq!(part.len(), 1, "{}", text(&o.stderr));
+    for want in [
+        "copied to the device, but no kernel read its last 4096.0 KiB (bytes 4194304..8388608 of 8388608, elements \
+         524288..1048576)",
+        "map only `map(to: a[0:524288])`",
+    ] {
+        assert!(part[0].contains(want), "{want:?} not in {}", part[0]);
+    }
+    let plain = run(&exe, &[]);
+    for env in [&[][..], &[CHECK][..]] {
+        let f = run(&followed, env);
+        assert!(f.status.success() && findings(&f).is_empty(), "{}", text(&f.stderr));
+        assert_eq!(text(&f.stdout), text(&plain.stdout));
+    }
+    let checked = run(&followed, &[("LIBOMPTARGET_CHECK", "perf")]);
+    assert!(advice(&checked).iter().all(|l| !l.contains("a[0:")), "{}", text(&checked.stderr));
+    assert!(bytes_moved(&followed) < bytes_moved(&exe));
+}
+
+/// Arrays the kernels read in part: a stencil's edge rows and a table read at a few random
+/// places draw no advice to map them `alloc` or to leave a part out.
+#[cfg_attr(omp_e2e, test)]
+fn a_stencils_edges_and_a_tables_unread_pages_draw_no_advice() {
+    for (rel, vars) in [("check/advice_stencil.c", &["in[", "out["][..]), ("check/advice_unread.c", &["table["][..])] {
+        let exe = build(Llvm::V22, rel, &[]);
+        let o = run(&exe, &[CHECK]);
+        assert!(o.status.success() && findings(&o).is_empty(), "{rel}: {}", text(&o.stderr));
+        assert_eq!(text(&o.stdout), text(&run(&exe, &[]).stdout), "{rel}");
+        let about: Vec<String> = advice(&o).into_iter().filter(|l| vars.iter().any(|v| l.contains(v))).collect();
+        assert!(about.is_empty(), "{rel}: advice on arrays the kernels read:\n{}", about.join("\n"));
+    }
+}

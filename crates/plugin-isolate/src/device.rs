@@ -58,18 +58,24 @@ impl IsolateDevice {
         match w.call(&req) {
             Ok(_) => Ok(()),
             Err(CallError::Died(how)) => {
-                let hint = if how.contains("SIGSEGV") || how.contains("SIGBUS") {
+                // SAFETY: the arena of a running worker stays mapped in this process.
+                let overflow = r.arena.as_ref().and_then(|a| unsafe { crate::signals::stack_overflowed(a.base()) });
+                let hint = if let Some(size) = overflow.filter(|_| how.contains("SIGSEGV")) {
+                    stack_overflow_hint(size)
+                } else if how.contains("SIGSEGV") || how.contains("SIGBUS") {
                     "; the kernel touched memory that is not device memory, e.g. a host pointer that was never \
                      mapped (the isolated device, like a GPU, cannot reach the program's memory)"
+                        .to_string()
                 } else if how.contains("called exec") {
-                    ""
+                    String::new()
                 } else if how.starts_with("exited with status") {
                     "; code in the target region ended the device's process (exit() inside a target region \
                      ends the isolated device's worker, not the program; a GPU kernel cannot exit)"
+                        .to_string()
                 } else if how.contains("SIGABRT") {
-                    "; code in the target region aborted (abort(), or a failed assert)"
+                    "; code in the target region aborted (abort(), or a failed assert)".to_string()
                 } else {
-                    ""
+                    String::new()
                 };
                 Err(PluginError::lost(format!("the isolated device's worker (pid {}) ended: {how}{hint}", w.pid())))
             }
@@ -81,6 +87,18 @@ impl IsolateDevice {
         let r = self.shared.worker()?;
         r.worker.call(req).map_err(|e| error(&r.worker, e))
     }
+}
+
+/// What a kernel whose stack overflowed is told: the stack its threads had, how to raise it,
+/// and what a GPU allows.
+fn stack_overflow_hint(size: usize) -> String {
+    let kib = size / 1024;
+    let raise = if size >= 1 << 20 { format!("{}M", 2 * size.div_ceil(1 << 20)) } else { format!("{}K", 2 * kib) };
+    format!(
+        "; stack overflow in the kernel (the kernel's threads had {kib} KiB of stack; raise it with \
+         OMP_STACKSIZE={raise}; a GPU thread has about 1 KiB by default, raised with LIBOMPTARGET_STACK_SIZE): \
+         deep recursion or large local arrays in a target region"
+    )
 }
 
 fn unexpected(r: Response) -> PluginError {

@@ -29,6 +29,9 @@ pub const CTL_ADDR: usize = 128;
 pub const CTL_LEN: usize = 136;
 pub const TRACK_OFF: usize = 192;
 pub const WATCH_DROPPED: usize = 200;
+/// A kernel's stack overflowed: the size of its thread's stack (written by the worker, in
+/// every mode; see [`crate::signals`]).
+pub const STACK_OVERFLOW: usize = 208;
 
 /// [`FAULT_FLAGS`] bits.
 pub const FAULT_WRITE: u64 = 1;
@@ -118,7 +121,8 @@ pub unsafe fn start_in_worker(base: usize, size: usize) -> std::io::Result<()> {
     unsafe {
         let mut sa: libc::sigaction = std::mem::zeroed();
         sa.sa_sigaction = on_fault as *const () as usize;
-        sa.sa_flags = libc::SA_SIGINFO;
+        // On the alternate stack: a fault of a thread whose stack is used up.
+        sa.sa_flags = libc::SA_SIGINFO | libc::SA_ONSTACK;
         libc::sigemptyset(&mut sa.sa_mask);
         if libc::sigaction(libc::SIGSEGV, &sa, std::ptr::null_mut()) != 0
             || libc::sigaction(libc::SIGBUS, &sa, std::ptr::null_mut()) != 0
@@ -199,6 +203,12 @@ extern "C" fn on_fault(sig: i32, info: *mut libc::siginfo_t, ctx: *mut libc::c_v
                 return unsafe { drop_watch(w, page) };
             }
         }
+    }
+    // A stack overflow is no access to explain: its size is recorded, and it ends the worker.
+    if crate::signals::record_stack_overflow(addr) {
+        // SAFETY: signal() with SIG_DFL is async-signal-safe.
+        unsafe { libc::signal(sig, libc::SIG_DFL) };
+        return;
     }
     let base = ARENA_BASE.load(Ordering::Acquire);
     let size = ARENA_SIZE.load(Ordering::Acquire);
@@ -356,6 +366,7 @@ fn give_up(base: usize, size: usize) {
 /// Runs one launch of the worker in check mode ([`omp_worker::serve::AroundLaunch`]): the
 /// control block's protection changes are applied and its pages watched while it runs.
 pub fn around_launch(run: &mut dyn FnMut()) {
+    crate::signals::kernel_thread_ready();
     let opened = arm();
     run();
     disarm(opened);

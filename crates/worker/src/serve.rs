@@ -84,7 +84,48 @@ pub fn main_around_launches(plugin: &dyn Plugin, devices: usize, parent: i32, ar
         capture,
         around_launch,
     });
-    serve(&shared)
+    // Kernels run on threads of their own with the stack OpenMP's threads get (OMP_STACKSIZE),
+    // not on this one, whose stack is the system's (`ulimit -s`).
+    let first = shared.clone();
+    match kernel_thread().spawn(move || serve(&first)) {
+        Ok(t) => t.join().unwrap_or(1),
+        Err(e) => {
+            eprintln!("device worker: cannot start a thread: {e}");
+            1
+        }
+    }
+}
+
+/// The stack of a thread that runs kernels: `OMP_STACKSIZE` (or `KMP_STACKSIZE`), read as
+/// libomp reads it (a number with an optional B, K, M or G; K when none), else libomp's own
+/// default for x86-64, 4 MiB; at least 64 KiB.
+pub fn kernel_stack_size() -> usize {
+    const DEFAULT: usize = 4 << 20;
+    ["OMP_STACKSIZE", "KMP_STACKSIZE"]
+        .iter()
+        .find_map(|k| std::env::var(k).ok().and_then(|v| parse_stack_size(&v)))
+        .unwrap_or(DEFAULT)
+        .max(64 << 10)
+}
+
+/// An `OMP_STACKSIZE` value in bytes: `512`, `512K`, `8M`, `1g`, ` 64 B `.
+fn parse_stack_size(v: &str) -> Option<usize> {
+    let v = v.trim();
+    let split = v.find(|c: char| !c.is_ascii_digit()).unwrap_or(v.len());
+    let n: usize = v[..split].parse().ok()?;
+    let unit = match v[split..].trim().to_ascii_uppercase().as_str() {
+        "B" => 1,
+        "" | "K" => 1 << 10,
+        "M" => 1 << 20,
+        "G" => 1 << 30,
+        _ => return None,
+    };
+    n.checked_mul(unit)
+}
+
+/// A builder for a thread that runs kernels.
+fn kernel_thread() -> std::thread::Builder {
+    std::thread::Builder::new().stack_size(kernel_stack_size())
 }
 
 /// What the worker's threads share. Threads take turns reading requests (leader/follower):
@@ -189,12 +230,16 @@ fn hand_off(shared: &Arc<Shared>) {
     };
     if waiting.load(Ordering::Acquire) == 0 {
         let next = shared.clone();
-        std::thread::spawn(move || {
+        let spawned = kernel_thread().spawn(move || {
             if let Some(bell) = &next.bell {
                 wait_for_bell(&next, bell);
             }
             serve(&next)
         });
+        if let Err(e) = spawned {
+            eprintln!("device worker: cannot start a thread: {e}");
+            std::process::exit(1);
+        }
     }
 }
 
@@ -497,5 +542,21 @@ impl Capture {
                 }
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stack_sizes_are_read_as_libomp_reads_them() {
+        assert_eq!(parse_stack_size("512"), Some(512 << 10), "kilobytes when no unit is given");
+        assert_eq!(parse_stack_size("8M"), Some(8 << 20));
+        assert_eq!(parse_stack_size(" 1g "), Some(1 << 30));
+        assert_eq!(parse_stack_size("64 B"), Some(64));
+        assert_eq!(parse_stack_size("4k"), Some(4096));
+        assert_eq!(parse_stack_size("big"), None);
+        assert_eq!(parse_stack_size("8X"), None);
     }
 }
