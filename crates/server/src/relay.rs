@@ -75,9 +75,11 @@ impl Relay {
                 let _ = death_tx.send(Some(how.to_string()));
             })),
         };
-        let worker = tokio::task::spawn_blocking(move || Worker::spawn(cmd, opts))
-            .await
-            .map_err(|e| std::io::Error::other(e.to_string()))??;
+        let (spawned_tx, spawned) = oneshot::channel();
+        on_spawner_thread(Box::new(move || {
+            let _ = spawned_tx.send(Worker::spawn(cmd, opts));
+        }))?;
+        let worker = spawned.await.map_err(|_| std::io::Error::other("the worker spawner thread is gone"))??;
         Ok((Relay { worker: Arc::new(worker), death, output_bytes, inline_copies: AtomicBool::new(true) }, out_rx))
     }
 
@@ -162,6 +164,27 @@ impl Relay {
     /// Stops the worker (closing its pipe, then killing it).
     pub fn stop(&self) {
         self.worker.stop();
+    }
+}
+
+/// Work for the spawner thread.
+type SpawnJob = Box<dyn FnOnce() + Send>;
+
+/// Runs `job` on the thread that forks every worker. The worker asks for SIGKILL when the
+/// *thread* that forked it ends (`PR_SET_PDEATHSIG`), so that thread must live as long as the
+/// server: a tokio blocking thread retires after 10 s without work, which killed the worker
+/// of a session that made no blocking call for that long (a long kernel, say).
+fn on_spawner_thread(job: SpawnJob) -> std::io::Result<()> {
+    static SPAWNER: std::sync::OnceLock<std::io::Result<std::sync::mpsc::Sender<SpawnJob>>> =
+        std::sync::OnceLock::new();
+    let spawner = SPAWNER.get_or_init(|| {
+        let (tx, rx) = std::sync::mpsc::channel::<SpawnJob>();
+        std::thread::Builder::new().name("worker-spawner".into()).spawn(move || rx.iter().for_each(|job| job()))?;
+        Ok(tx)
+    });
+    match spawner {
+        Ok(tx) => tx.send(job).map_err(|_| std::io::Error::other("the worker spawner thread is gone")),
+        Err(e) => Err(std::io::Error::new(e.kind(), format!("cannot start the worker spawner thread: {e}"))),
     }
 }
 
