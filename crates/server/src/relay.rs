@@ -198,3 +198,23 @@ async fn blocking<T: Send + 'static>(
 pub fn unexpected(r: Response) -> CallError {
     CallError::Failed(format!("internal error: unexpected worker reply {r:?}"))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The worker's parent thread (for `PR_SET_PDEATHSIG`) is one thread, not the caller's
+    /// and not whichever pool thread is free, and it outlives the jobs it ran.
+    #[test]
+    fn every_worker_is_forked_by_the_same_lasting_thread() {
+        let forker = || {
+            let (tx, rx) = std::sync::mpsc::channel();
+            on_spawner_thread(Box::new(move || tx.send(std::thread::current().id()).unwrap())).unwrap();
+            rx.recv().unwrap()
+        };
+        let first = forker();
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert_eq!(forker(), first);
+        assert_ne!(first, std::thread::current().id());
+    }
+}
