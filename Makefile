@@ -108,6 +108,7 @@ conformance: setup dist
 
 bench: setup dist
 	./scripts/bench.sh
+	./scripts/bench-bigmaps.sh
 	./scripts/bench-mpi.sh
 
 fmt:

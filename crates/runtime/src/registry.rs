@@ -340,7 +340,12 @@ impl Runtime {
         let mut devices = self.devices.write();
         for (id, index, dev) in opened {
             debug_assert_eq!(devices.len() as i32, id);
-            devices.push(Arc::new(crate::DeviceCtx::new(id, plugin, dev, self.config.mm_threshold)));
+            devices.push(Arc::new(crate::DeviceCtx::new(
+                id,
+                plugin,
+                dev,
+                crate::memory_manager::MemoryManager::for_device(&self.config, id),
+            )));
             ids.push((id, index));
         }
         self.num_devices.store(devices.len(), Ordering::Release);

@@ -1,11 +1,13 @@
 //! The server's side of a session's worker: an `omp-worker` client, bridged to async calls.
-//! Fork/exec and every copy that may block (images, relayed or direct data transfers) run
-//! on tokio's blocking threads; small requests are written inline and answered through a
-//! oneshot channel.
+//! Fork/exec, images and copies relayed through the pipe run on tokio's blocking threads;
+//! direct copies of a transfer's chunk (`process_vm_writev`/`readv`, well under a
+//! millisecond) and small requests run inline, the requests answered through a oneshot
+//! channel. A hop to a blocking thread per chunk costs two thread wake-ups, which on an idle
+//! machine took a third of a host-to-device transfer's time.
 
 use omp_worker::{CallError, Request, Response, SpawnOptions, Worker};
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -21,6 +23,10 @@ pub type Output = (bool, Vec<u8>);
 /// below it.
 pub const INLINE_REQUEST: usize = 60 << 10;
 
+/// Direct copies up to this size run on the async thread (a transfer's chunks are at most
+/// `--block-size`, 1 MiB by default).
+const INLINE_COPY: usize = 4 << 20;
+
 /// A running worker and the news of its death.
 pub struct Relay {
     worker: Arc<Worker>,
@@ -28,6 +34,9 @@ pub struct Relay {
     pub death: watch::Receiver<Option<String>>,
     /// Output bytes queued for the client so far.
     output_bytes: Arc<AtomicU64>,
+    /// Whether direct copies may still run inline: cleared at the first that fails (the
+    /// worker's client then decides between relaying and an error, on a blocking thread).
+    inline_copies: AtomicBool,
 }
 
 impl Relay {
@@ -66,10 +75,12 @@ impl Relay {
                 let _ = death_tx.send(Some(how.to_string()));
             })),
         };
-        let worker = tokio::task::spawn_blocking(move || Worker::spawn(cmd, opts))
-            .await
-            .map_err(|e| std::io::Error::other(e.to_string()))??;
-        Ok((Relay { worker: Arc::new(worker), death, output_bytes }, out_rx))
+        let (spawned_tx, spawned) = oneshot::channel();
+        on_spawner_thread(Box::new(move || {
+            let _ = spawned_tx.send(Worker::spawn(cmd, opts));
+        }))?;
+        let worker = spawned.await.map_err(|_| std::io::Error::other("the worker spawner thread is gone"))??;
+        Ok((Relay { worker: Arc::new(worker), death, output_bytes, inline_copies: AtomicBool::new(true) }, out_rx))
     }
 
     /// Output bytes queued for the client so far (all output written before a completed
@@ -118,21 +129,62 @@ impl Relay {
         }
     }
 
-    /// Copies `data` to device address `addr` (on a blocking thread).
+    /// Copies `data` to device address `addr`: directly on this thread when it can, else on
+    /// a blocking thread.
     pub async fn write(&self, device: u32, addr: u64, data: bytes::Bytes) -> Result<(), CallError> {
+        if data.len() <= INLINE_COPY && self.copies_inline() {
+            match omp_worker::sys::write_to(self.worker.pid(), addr, &data) {
+                Ok(()) => return Ok(()),
+                Err(_) => self.inline_copies.store(false, Ordering::Relaxed),
+            }
+        }
         let w = self.worker.clone();
         blocking(move || w.write(device, addr, &data)).await
     }
 
-    /// Reads `len` bytes at device address `addr` (on a blocking thread).
+    /// Reads `len` bytes at device address `addr`: directly on this thread when it can, else
+    /// on a blocking thread.
     pub async fn read(&self, device: u32, addr: u64, len: usize) -> Result<Vec<u8>, CallError> {
+        if len <= INLINE_COPY && self.copies_inline() {
+            match omp_worker::sys::read_vec(self.worker.pid(), addr, len) {
+                Ok(buf) => return Ok(buf),
+                Err(_) => self.inline_copies.store(false, Ordering::Relaxed),
+            }
+        }
         let w = self.worker.clone();
         blocking(move || w.read(device, addr, len)).await
+    }
+
+    /// Whether a direct copy may run inline: none has failed, and the worker is alive (its
+    /// pid is not free for another process).
+    fn copies_inline(&self) -> bool {
+        self.inline_copies.load(Ordering::Relaxed) && self.worker.died().is_none()
     }
 
     /// Stops the worker (closing its pipe, then killing it).
     pub fn stop(&self) {
         self.worker.stop();
+    }
+}
+
+/// Work for the spawner thread.
+type SpawnJob = Box<dyn FnOnce() + Send>;
+
+/// Runs `job` on the thread that forks every worker. The worker asks for SIGKILL when the
+/// *thread* that forked it ends (`PR_SET_PDEATHSIG`), so that thread must live as long as the
+/// server: a tokio blocking thread retires after 10 s without work, which killed the worker
+/// of a session that made no blocking call for that long (a long kernel, say).
+fn on_spawner_thread(job: SpawnJob) -> std::io::Result<()> {
+    static SPAWNER: std::sync::OnceLock<std::io::Result<std::sync::mpsc::Sender<SpawnJob>>> =
+        std::sync::OnceLock::new();
+    let spawner = SPAWNER.get_or_init(|| {
+        let (tx, rx) = std::sync::mpsc::channel::<SpawnJob>();
+        std::thread::Builder::new().name("worker-spawner".into()).spawn(move || rx.iter().for_each(|job| job()))?;
+        Ok(tx)
+    });
+    match spawner {
+        Ok(tx) => tx.send(job).map_err(|_| std::io::Error::other("the worker spawner thread is gone")),
+        Err(e) => Err(std::io::Error::new(e.kind(), format!("cannot start the worker spawner thread: {e}"))),
     }
 }
 
@@ -145,4 +197,24 @@ async fn blocking<T: Send + 'static>(
 /// A reply of the wrong kind (the worker client checks shapes; this is a bug here).
 pub fn unexpected(r: Response) -> CallError {
     CallError::Failed(format!("internal error: unexpected worker reply {r:?}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The worker's parent thread (for `PR_SET_PDEATHSIG`) is one thread, not the caller's
+    /// and not whichever pool thread is free, and it outlives the jobs it ran.
+    #[test]
+    fn every_worker_is_forked_by_the_same_lasting_thread() {
+        let forker = || {
+            let (tx, rx) = std::sync::mpsc::channel();
+            on_spawner_thread(Box::new(move || tx.send(std::thread::current().id()).unwrap())).unwrap();
+            rx.recv().unwrap()
+        };
+        let first = forker();
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        assert_eq!(forker(), first);
+        assert_ne!(first, std::thread::current().id());
+    }
 }

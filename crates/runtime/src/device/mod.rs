@@ -86,7 +86,7 @@ pub struct DeviceCtx {
 }
 
 impl DeviceCtx {
-    pub fn new(id: i32, plugin: usize, backend: Box<dyn Device>, mm_threshold: usize) -> Self {
+    pub fn new(id: i32, plugin: usize, backend: Box<dyn Device>, mm: MemoryManager) -> Self {
         Self {
             id,
             plugin,
@@ -97,7 +97,7 @@ impl DeviceCtx {
             load_done: Signal::new(),
             loaded_generation: AtomicU64::new(u64::MAX),
             kernels: RwLock::new(AddrMap::default()),
-            mm: MemoryManager::new(mm_threshold),
+            mm,
             lost: std::sync::OnceLock::new(),
         }
     }

@@ -127,7 +127,7 @@ impl DeviceCtx {
             );
             return self.alloc_direct(MemoryManager::class(size).1, kind);
         }
-        self.alloc_direct(size, kind)
+        self.mm.take_large(size, kind).map_or_else(|| self.alloc_direct(size, kind), Ok)
     }
 
     /// Allocates straight from the device; on failure, releases the cache and retries once.
@@ -162,7 +162,7 @@ impl DeviceCtx {
             self.mm.give_back(ptr, size);
             return Ok(());
         }
-        self.free_direct(ptr, kind)
+        self.mm.keep_large(ptr, size, kind).try_for_each(|p| self.free_direct(p, kind))
     }
 
     /// Frees memory from [`DeviceCtx::alloc_direct`].
@@ -412,7 +412,7 @@ mod tests {
     #[test]
     fn the_first_failure_that_finds_the_device_lost_marks_it_and_alone_reports_it() {
         let mock = SharedMock::default();
-        let dev = DeviceCtx::new(3, 0, Box::new(mock.0.clone()), 0);
+        let dev = DeviceCtx::new(3, 0, Box::new(mock.0.clone()), MemoryManager::new(0));
         let p = dev.alloc(64, AllocKind::Default).expect("a live device allocates");
         mock.0.lose("worker process exited (signal 9)");
         let byte = 0u8;
@@ -429,7 +429,7 @@ mod tests {
 
     #[test]
     fn a_failure_that_leaves_the_device_usable_does_not_mark_it() {
-        let dev = DeviceCtx::new(0, 0, Box::new(SharedMock::default().0), 0);
+        let dev = DeviceCtx::new(0, 0, Box::new(SharedMock::default().0), MemoryManager::new(0));
         let e = dev.free_direct(0x1234, AllocKind::Default).expect_err("nothing was allocated there");
         assert!(!e.is_lost() && !e.newly_lost);
         assert_eq!(dev.lost(), None);
