@@ -203,3 +203,26 @@ fn a_replay_under_gdb_stops_at_the_kernels_line() {
     assert!(s.contains("Breakpoint 1, "), "{s}\n{}", text(&o.stderr));
     assert!(s.contains("saxpy.c:16"), "{s}");
 }
+
+#[cfg_attr(omp_e2e, test)]
+fn record_kernel_and_launch_choose_the_launch() {
+    let exe = build(Llvm::V22, "replay/saxpy.c");
+    // No kernel matches: nothing recorded, nothing said.
+    let (o, rec) = record(&exe, &[("LIBOMPTARGET_RECORD_KERNEL", "no_such_kernel")]);
+    assert!(o.status.success() && text(&o.stderr).is_empty(), "{}", text(&o.stderr));
+    assert!(descriptions(&rec).is_empty());
+    // The second launch of main's kernel: its input is the first launch's output.
+    let (o, rec) =
+        record(&exe, &[("LIBOMPTARGET_RECORD_KERNEL", "_main_l1[0-9]$"), ("LIBOMPTARGET_RECORD_LAUNCH", "2")]);
+    assert!(o.status.success() && text(&o.stderr).is_empty(), "{}", text(&o.stderr));
+    let descs = descriptions(&rec);
+    assert_eq!(descs.len(), 1, "{descs:?}");
+    let j = json(&descs[0]);
+    let y = &j["Allocations"][1];
+    let input = std::fs::read(descs[0].with_extension("record_input")).unwrap();
+    let at = y["FileOffset"].as_u64().unwrap() as usize + 8;
+    let y1 = f64::from_le_bytes(input[at..at + 8].try_into().unwrap());
+    assert_eq!(y1, 3.5, "y[1] after the first launch (1 + 2.5 * 1)");
+    let o = replay(&[descs[0].to_str().unwrap(), "--verify"]);
+    assert!(o.status.success(), "{}\n{}", text(&o.stdout), text(&o.stderr));
+}

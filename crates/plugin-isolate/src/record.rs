@@ -34,6 +34,11 @@ type ConfigKey = (String, u32, u32, bool);
 pub(crate) struct Recorder {
     dir: PathBuf,
     max_bytes: u64,
+    /// `LIBOMPTARGET_RECORD_KERNEL`: only kernels whose name this matches (a search, as grep).
+    kernels: Option<regex::Regex>,
+    /// `LIBOMPTARGET_RECORD_LAUNCH`: only this launch (1-based, of the kernels chosen),
+    /// instead of the first of each configuration.
+    launch: Option<u64>,
     state: Mutex<RecordState>,
 }
 
@@ -49,6 +54,8 @@ struct RecordState {
     recorded: HashSet<ConfigKey>,
     /// Records per kernel name, for the file names of later configurations.
     per_kernel: HashMap<String, u32>,
+    /// Launches of the chosen kernels so far (for `LIBOMPTARGET_RECORD_LAUNCH`).
+    launches: u64,
     written: u64,
     /// After the one warning, nothing more is recorded.
     stopped: bool,
@@ -80,7 +87,40 @@ impl Recorder {
                 }
             },
         };
-        Some(Recorder { dir: PathBuf::from(dir), max_bytes, state: Mutex::new(RecordState::default()) })
+        let kernels = match var("LIBOMPTARGET_RECORD_KERNEL").filter(|k| !k.is_empty()) {
+            None => None,
+            Some(k) => match regex::Regex::new(&k) {
+                Ok(re) => Some(re),
+                Err(e) => {
+                    let why = e.to_string().lines().last().unwrap_or_default().trim().to_string();
+                    eprintln!(
+                        "omptarget warning: LIBOMPTARGET_RECORD_KERNEL={k} is not a regular expression ({why}); \
+                         nothing is recorded"
+                    );
+                    return None;
+                }
+            },
+        };
+        let launch = match var("LIBOMPTARGET_RECORD_LAUNCH") {
+            None => None,
+            Some(n) => match n.trim().parse::<u64>() {
+                Ok(n) if n > 0 => Some(n),
+                _ => {
+                    eprintln!(
+                        "omptarget warning: LIBOMPTARGET_RECORD_LAUNCH={n} is not a launch number (1 is the first); \
+                         nothing is recorded"
+                    );
+                    return None;
+                }
+            },
+        };
+        Some(Recorder {
+            dir: PathBuf::from(dir),
+            max_bytes,
+            kernels,
+            launch,
+            state: Mutex::new(RecordState::default()),
+        })
     }
 
     pub(crate) fn image_loaded(&self, device: u32, image: usize, bytes: &[u8]) {
@@ -150,9 +190,20 @@ impl Recorder {
             return None;
         }
         let (image, name) = st.kernels.get(&(device, kernel)).cloned()?;
-        let key = (name.clone(), config.num_teams[0], config.thread_limit[0], config.with_dyn_ptr);
-        if !st.recorded.insert(key.clone()) {
+        if self.kernels.as_ref().is_some_and(|re| !re.is_match(&name)) {
             return None;
+        }
+        let key = (name.clone(), config.num_teams[0], config.thread_limit[0], config.with_dyn_ptr);
+        match self.launch {
+            Some(n) => {
+                st.launches += 1;
+                if st.launches != n {
+                    return None;
+                }
+                st.recorded.insert(key.clone());
+            }
+            None if !st.recorded.insert(key.clone()) => return None,
+            None => {}
         }
         let image = st.images.get(&(device, image)).cloned()?;
         if arena.is_none() {
@@ -473,5 +524,50 @@ mod tests {
         let left: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
         assert!(left.is_empty(), "{left:?}");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn kernel_and_launch_choose_what_is_recorded() {
+        let dir = std::env::temp_dir().join(format!("omp-record-choose-{}", std::process::id()));
+        let d = dir.to_string_lossy().into_owned();
+        let rec = Recorder::from_vars(|k| match k {
+            "LIBOMPTARGET_RECORD" => Some(d.clone()),
+            "LIBOMPTARGET_RECORD_KERNEL" => Some("_l1[0-9]$".into()),
+            "LIBOMPTARGET_RECORD_LAUNCH" => Some("2".into()),
+            _ => None,
+        })
+        .unwrap();
+        let arena = Arena::create(1 << 24).unwrap();
+        let a = arena.alloc(8).unwrap();
+        rec.allocated(a, 8);
+        rec.image_loaded(0, 0, b"IMAGE");
+        rec.kernel_resolved(0, 1, 0, "main_l5");
+        rec.kernel_resolved(0, 2, 0, "main_l14");
+        let config = LaunchConfig::default();
+        for (kernel, value) in [(1, 1u8), (2, 2), (1, 3), (2, 4), (2, 5)] {
+            let run = || {
+                // SAFETY: `a` is an 8-byte arena allocation, mapped read-write here.
+                unsafe { std::ptr::write_bytes(a as *mut u8, value, 8) };
+                Ok(())
+            };
+            rec.around_launch(0, kernel, &[a], &config, Some(&arena), run).unwrap();
+        }
+        // main_l5 never matches; the second launch of main_l14 (the fourth in all) is the one,
+        // with the memory the third left.
+        let names: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
+        assert_eq!(names.len(), 4, "{names:?}");
+        assert_eq!(std::fs::read(dir.join("main_l14.record_input")).unwrap(), vec![3; 8]);
+        assert_eq!(std::fs::read(dir.join("main_l14.record_output")).unwrap(), vec![4; 8]);
+        std::fs::remove_dir_all(&dir).unwrap();
+        let bad = |k: &'static str, v: &'static str| {
+            Recorder::from_vars(|x| match x {
+                "LIBOMPTARGET_RECORD" => Some("/tmp/x".into()),
+                x if x == k => Some(v.into()),
+                _ => None,
+            })
+        };
+        assert!(bad("LIBOMPTARGET_RECORD_KERNEL", "(").is_none());
+        assert!(bad("LIBOMPTARGET_RECORD_LAUNCH", "0").is_none());
+        assert!(bad("LIBOMPTARGET_RECORD_LAUNCH", "x").is_none());
     }
 }
