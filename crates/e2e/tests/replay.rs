@@ -218,9 +218,17 @@ fn record_kernel_and_launch_choose_the_launch() {
     let descs = descriptions(&rec);
     assert_eq!(descs.len(), 1, "{descs:?}");
     let j = json(&descs[0]);
-    let y = &j["Allocations"][1];
+    // y is the allocation the kernel writes (x is only read).
     let input = std::fs::read(descs[0].with_extension("record_input")).unwrap();
-    let at = y["FileOffset"].as_u64().unwrap() as usize + 8;
+    let output = std::fs::read(descs[0].with_extension("record_output")).unwrap();
+    let range = |a: &serde_json::Value| {
+        let off = a["FileOffset"].as_u64().unwrap() as usize;
+        off..off + a["Size"].as_u64().unwrap() as usize
+    };
+    let allocs = j["Allocations"].as_array().unwrap();
+    let written: Vec<_> = allocs.iter().map(range).filter(|r| input[r.clone()] != output[r.clone()]).collect();
+    assert_eq!(written.len(), 1, "{j}");
+    let at = written[0].start + 8;
     let y1 = f64::from_le_bytes(input[at..at + 8].try_into().unwrap());
     assert_eq!(y1, 3.5, "y[1] after the first launch (1 + 2.5 * 1)");
     let o = replay(&[descs[0].to_str().unwrap(), "--verify"]);

@@ -3,6 +3,8 @@
 //! (docs/replay.md): `NAME.json` (the description), `NAME.record_input` and
 //! `NAME.record_output` (the arena's live allocations before and after the launch, one after
 //! the other in address order) and `NAME.image` (the device image).
+//! `LIBOMPTARGET_RECORD_KERNEL=REGEX` limits it to the kernels whose name matches, and
+//! `LIBOMPTARGET_RECORD_LAUNCH=N` to the N-th launch of those.
 //!
 //! All device memory of an isolated device is the arena, so the live allocations are every
 //! byte a launch can reach through device memory; replaying at the same addresses makes every
@@ -250,7 +252,7 @@ impl Recorder {
 
     /// Writes the allocations' bytes, in address order, to `base.ext`.
     fn write_memory(&self, p: &Pending, ext: &str, arena: &Arena) -> io::Result<u64> {
-        let mut file = File::create(p.base.with_extension(ext))?;
+        let file = File::create(p.base.with_extension(ext))?;
         let mut total = 0u64;
         for &(addr, size) in &p.allocations {
             if !arena.contains(addr, size) {
@@ -262,8 +264,6 @@ impl Recorder {
             unsafe { write_raw(&file, addr, size) }?;
             total += size as u64;
         }
-        file.flush()?;
-        file.sync_data().or(Ok::<(), io::Error>(()))?;
         Ok(total)
     }
 }
