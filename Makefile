@@ -20,7 +20,7 @@ setup:
 # The development link (-lomptarget) is the LLVM 19 one: flang-new-19 users link with -L dist/lib
 # (docs/devicertl.md); clang/flang 22 have LLVM 22's own development link.
 dist:
-	$(CARGO) build --release -p omp-libomptarget -p ompcc -p omp-devicertl-host -p offload-server -p omp-plugin-isolate -p omp-plugin-mpi
+	$(CARGO) build --release -p omp-libomptarget -p ompcc -p omp-devicertl-host -p offload-server -p omp-plugin-isolate -p omp-plugin-mpi -p omp-replay
 	mkdir -p "$(DIST)/lib" "$(DIST)/bin" "$(DIST)/share/man/man1"
 	./scripts/link-libomptarget.sh "$(REL)/libomptarget.a" crates/libomptarget/exports.map "$(DIST)/lib/libomptarget.so.19.1" libomptarget.so.19.1
 	./scripts/link-libomptarget.sh "$(REL)/libomptarget.a" crates/libomptarget/exports.map "$(DIST)/lib/libomptarget.so.22.1" libomptarget.so.22.1
@@ -31,8 +31,10 @@ dist:
 	cp -f "$(REL)/offload-server" "$(DIST)/bin/offload-server.new" && mv -f "$(DIST)/bin/offload-server.new" "$(DIST)/bin/offload-server"
 	cp -f "$(REL)/offload-worker" "$(DIST)/lib/offload-worker.new" && mv -f "$(DIST)/lib/offload-worker.new" "$(DIST)/lib/offload-worker"
 	cp -f "$(REL)/offload-mpi-device" "$(DIST)/bin/offload-mpi-device.new" && mv -f "$(DIST)/bin/offload-mpi-device.new" "$(DIST)/bin/offload-mpi-device"
+	cp -f "$(REL)/omp-replay" "$(DIST)/bin/omp-replay.new" && mv -f "$(DIST)/bin/omp-replay.new" "$(DIST)/bin/omp-replay"
 	./scripts/help2man.sh "$(DIST)/bin/ompcc" "the OpenMP offloading compiler driver that builds fat binaries" "$(DIST)/share/man/man1/ompcc.1"
 	./scripts/help2man.sh "$(DIST)/bin/offload-server" "serves this machine's offload devices to remote OpenMP programs" "$(DIST)/share/man/man1/offload-server.1"
+	./scripts/help2man.sh "$(DIST)/bin/omp-replay" "runs one kernel launch recorded on an isolated device again, alone" "$(DIST)/share/man/man1/omp-replay.1"
 
 # Installs dist/ like LLVM lays itself out: PREFIX/bin, PREFIX/lib (ompcc finds the runtime in
 # ../lib next to itself, wherever it is installed), man pages and docs. DESTDIR is honoured.
@@ -40,10 +42,10 @@ dist:
 PREFIX ?= /usr/local
 # One shell word (see sq): `PREFIX="/x/precious dir"` must not touch /x/precious.
 ROOT := $(call sq,$(DESTDIR)$(PREFIX))
-INSTALL_BIN := ompcc offload-server offload-mpi-device
+INSTALL_BIN := ompcc offload-server offload-mpi-device omp-replay
 INSTALL_LIB := libomptarget.so.19.1 libomptarget.so.22.1 libomptarget.devicertl.a \
   libomptarget.devicertl.bc libomptarget.devicertl.llvm19.bc offload-worker
-INSTALL_MAN := ompcc.1 offload-server.1
+INSTALL_MAN := ompcc.1 offload-server.1 omp-replay.1
 INSTALL_DOC := README.md $(notdir $(wildcard docs/*.md))
 install:
 	test -x "$(DIST)/bin/ompcc" || $(MAKE) dist

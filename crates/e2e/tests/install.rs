@@ -47,6 +47,7 @@ fn install_build_run_and_uninstall() {
         "bin/ompcc",
         "bin/offload-server",
         "bin/offload-mpi-device",
+        "bin/omp-replay",
         "lib/libomptarget.so.19.1",
         "lib/libomptarget.so.22.1",
         "lib/libomptarget.so",
@@ -55,13 +56,16 @@ fn install_build_run_and_uninstall() {
         "lib/offload-worker",
         "share/man/man1/ompcc.1",
         "share/man/man1/offload-server.1",
+        "share/man/man1/omp-replay.1",
         "share/doc/omprs/README.md",
         "share/doc/omprs/ompcc.md",
     ] {
         assert!(prefix.join(f).exists(), "{f} not installed");
     }
     // Each man page is its binary's --help.
-    for (bin, opt) in [("ompcc", "--offload-list"), ("offload-server", "--max-session-memory")] {
+    for (bin, opt) in
+        [("ompcc", "--offload-list"), ("offload-server", "--max-session-memory"), ("omp-replay", "--verify")]
+    {
         let page = std::fs::read_to_string(prefix.join(format!("share/man/man1/{bin}.1"))).unwrap();
         let help = must(Command::new(prefix.join("bin").join(bin)).arg("--help").output().unwrap(), "--help");
         assert!(page.contains(opt) && text(&help.stdout).contains(opt), "{bin}.1");
@@ -105,6 +109,7 @@ fn installed_files() -> BTreeSet<String> {
         "bin/ompcc",
         "bin/offload-server",
         "bin/offload-mpi-device",
+        "bin/omp-replay",
         "lib/libomptarget.so",
         "lib/libomptarget.so.19.1",
         "lib/libomptarget.so.22.1",
@@ -114,6 +119,7 @@ fn installed_files() -> BTreeSet<String> {
         "lib/offload-worker",
         "share/man/man1/ompcc.1",
         "share/man/man1/offload-server.1",
+        "share/man/man1/omp-replay.1",
         "share/doc/omprs/README.md",
     ]
     .into_iter()

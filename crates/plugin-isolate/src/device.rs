@@ -28,8 +28,19 @@ fn error(w: &Worker, e: CallError) -> PluginError {
 
 impl IsolateDevice {
     /// Launches in the worker, without tracking (kernels never run in this process: a bad
-    /// kernel or argument harms only the worker).
+    /// kernel or argument harms only the worker); recorded under `LIBOMPTARGET_RECORD`.
     fn launch_untracked(&self, kernel: KernelId, args: &[usize], config: &LaunchConfig) -> Result<()> {
+        match &self.shared.record {
+            Some(rec) => {
+                let arena = self.shared.worker()?;
+                let launch = || self.send_launch(kernel, args, config);
+                rec.around_launch(self.index, kernel.raw(), args, config, arena.arena.as_ref(), launch)
+            }
+            None => self.send_launch(kernel, args, config),
+        }
+    }
+
+    fn send_launch(&self, kernel: KernelId, args: &[usize], config: &LaunchConfig) -> Result<()> {
         let r = self.shared.worker()?;
         let w = &r.worker;
         let mut small = [0u64; 16];
@@ -112,14 +123,24 @@ fn name_of(name: &CStr) -> Result<&str> {
 impl Device for IsolateDevice {
     fn load_image(&self, image: &[u8]) -> Result<ImageId> {
         match self.call(&Request::Load { device: self.index, image })? {
-            Response::Image(i) => Ok(ImageId(i as usize)),
+            Response::Image(i) => {
+                if let Some(rec) = &self.shared.record {
+                    rec.image_loaded(self.index, i as usize, image);
+                }
+                Ok(ImageId(i as usize))
+            }
             r => Err(unexpected(r)),
         }
     }
 
     fn kernel(&self, image: ImageId, name: &CStr) -> Result<KernelId> {
         match self.call(&Request::Kernel { device: self.index, image: image.0 as u64, name: name_of(name)? })? {
-            Response::Kernel(k) => Ok(KernelId::new(k as usize)),
+            Response::Kernel(k) => {
+                if let Some(rec) = &self.shared.record {
+                    rec.kernel_resolved(self.index, k as usize, image.0, name_of(name)?);
+                }
+                Ok(KernelId::new(k as usize))
+            }
             r => Err(unexpected(r)),
         }
     }
@@ -135,9 +156,13 @@ impl Device for IsolateDevice {
         // Every kind is device memory: no kernel reaches the program's own memory.
         let r = self.shared.worker()?;
         if let Some(a) = &r.arena {
-            return a
+            let addr = a
                 .alloc(size)
-                .ok_or_else(|| PluginError::out_of_memory(format!("out of device memory allocating {size} bytes")));
+                .ok_or_else(|| PluginError::out_of_memory(format!("out of device memory allocating {size} bytes")))?;
+            if let Some(rec) = &self.shared.record {
+                rec.allocated(addr, size);
+            }
+            return Ok(addr);
         }
         match self.call(&Request::Alloc { device: self.index, size: size as u64 }) {
             Ok(Response::Addr(a)) => Ok(a as usize),
@@ -153,6 +178,9 @@ impl Device for IsolateDevice {
         let r = self.shared.worker()?;
         if let Some(a) = &r.arena {
             if a.free(ptr) {
+                if let Some(rec) = &self.shared.record {
+                    rec.freed(ptr);
+                }
                 return Ok(());
             }
             return Err(PluginError::failed(format!(

@@ -13,11 +13,13 @@
 
 pub mod arena;
 mod device;
+mod record;
 pub mod signals;
 mod spawn;
 pub mod track;
 
 pub use device::IsolateDevice;
+pub use record::{DEFAULT_MAX_BYTES as RECORD_MAX_DEFAULT, FORMAT_VERSION as RECORD_FORMAT_VERSION};
 
 use omp_plugin::{Device, Plugin, PluginError, Result};
 use omp_plugin_host::{HostPlugin, NUM_DEVICES};
@@ -59,6 +61,8 @@ struct Shared {
     check: bool,
     /// Check mode: one launch at a time (each is armed with the pages it watches).
     tracked_launch: Mutex<()>,
+    /// Kernel record (`LIBOMPTARGET_RECORD`), when asked for.
+    record: Option<record::Recorder>,
 }
 
 impl Default for IsolatePlugin {
@@ -91,6 +95,15 @@ impl IsolatePlugin {
         self
     }
 
+    /// Kernel record: `LIBOMPTARGET_RECORD=DIR` (and `LIBOMPTARGET_RECORD_MAX`) as `var`
+    /// gives them; nothing changes when it is not set (docs/replay.md).
+    pub fn recording(mut self, var: impl Fn(&str) -> Option<String>) -> Self {
+        if let Some(shared) = Arc::get_mut(&mut self.shared) {
+            shared.record = record::Recorder::from_vars(var);
+        }
+        self
+    }
+
     fn with_worker_result(exe: std::result::Result<PathBuf, String>) -> Self {
         // Registered now, when the runtime starts (the program's registration constructor):
         // exit handlers run in reverse order, so the workers are stopped after the handlers
@@ -106,6 +119,7 @@ impl IsolatePlugin {
                 state: Mutex::new(State::NotStarted),
                 check: false,
                 tracked_launch: Mutex::new(()),
+                record: None,
             }),
         }
     }

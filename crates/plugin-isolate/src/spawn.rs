@@ -33,7 +33,7 @@ pub(crate) fn own_object() -> Option<PathBuf> {
 }
 
 /// The loaded object providing `symbol`, found in the global scope.
-fn object_providing(symbol: &CStr) -> Option<PathBuf> {
+pub(crate) fn object_providing(symbol: &CStr) -> Option<PathBuf> {
     // SAFETY: dlsym with RTLD_DEFAULT and a NUL-terminated name; NULL when not found.
     let addr = unsafe { libc::dlsym(libc::RTLD_DEFAULT, symbol.as_ptr()) };
     if addr.is_null() {

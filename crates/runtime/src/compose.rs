@@ -26,9 +26,9 @@ pub fn plugins(config: &Config) -> Vec<Box<dyn Plugin>> {
     // LIBOMPTARGET_CHECK implies isolation (unless LIBOMPTARGET_ISOLATE=0), in check mode.
     let isolated = config.isolate.unwrap_or(checking);
     let local: Box<dyn Plugin> = if isolated && checking {
-        Box::new(omp_plugin_isolate::IsolatePlugin::new().checking())
+        Box::new(omp_plugin_isolate::IsolatePlugin::new().checking().recording(|k| config.var(k)))
     } else if isolated {
-        Box::new(omp_plugin_isolate::IsolatePlugin::new())
+        Box::new(omp_plugin_isolate::IsolatePlugin::new().recording(|k| config.var(k)))
     } else {
         Box::new(omp_plugin_host::HostPlugin)
     };

@@ -1,0 +1,140 @@
+//! `omp-replay DESC.json [--verify] [--teams N] [--threads N] [--repeat N]`: runs one kernel
+//! launch recorded with `LIBOMPTARGET_RECORD` on an isolated device (docs/replay.md).
+
+use omp_replay::kernel::{self, Kernel};
+use omp_replay::memory::DeviceMemory;
+use omp_replay::{Record, ReplayError};
+use std::fs::File;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Instant;
+
+const USAGE: &str = "usage: omp-replay DESC.json [--verify] [--teams N] [--threads N] [--repeat N]
+
+Runs one kernel launch recorded with LIBOMPTARGET_RECORD=DIR (LIBOMPTARGET_ISOLATE=1) again, in
+this process, with the device memory restored at its recorded addresses.
+
+  --verify      compare the device memory after the kernel with the recording
+                (exit status 1 and the first differing byte when they differ)
+  --teams N     ask for N teams where the kernel's own clauses do not say
+  --threads N   ask for N threads per team where the kernel's own clauses do not say
+  --repeat N    run the kernel N times, each from the recorded memory, and print each time
+  --version     print the version and the record format it reads
+  --help        print this help";
+
+struct Options {
+    desc: PathBuf,
+    verify: bool,
+    teams: Option<u32>,
+    threads: Option<u32>,
+    repeat: u32,
+}
+
+fn parse(args: &[String]) -> Result<Options, String> {
+    let mut o = Options { desc: PathBuf::new(), verify: false, teams: None, threads: None, repeat: 1 };
+    let mut desc = None;
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let mut count = |flag: &str| -> Result<u32, String> {
+            let v = it.next().ok_or_else(|| format!("{flag} needs a number"))?;
+            v.parse::<u32>().map_err(|_| format!("{flag} needs a number, not '{v}'"))
+        };
+        match a.as_str() {
+            "--verify" => o.verify = true,
+            "--teams" => o.teams = Some(count("--teams")?),
+            "--threads" => o.threads = Some(count("--threads")?),
+            "--repeat" => o.repeat = count("--repeat")?.max(1),
+            f if f.starts_with('-') && f.len() > 1 => return Err(format!("unknown option '{f}'")),
+            d if desc.is_none() => desc = Some(PathBuf::from(d)),
+            d => return Err(format!("one description at a time ('{d}' is a second)")),
+        }
+    }
+    o.desc = desc.ok_or("no description given")?;
+    Ok(o)
+}
+
+fn open(path: &std::path::Path) -> Result<File, ReplayError> {
+    File::open(path).map_err(|e| ReplayError::new(format!("cannot read {}: {e}", path.display())))
+}
+
+fn flush_c_output() {
+    // SAFETY: fflush(NULL) flushes the C streams the kernel may have written; no pointer of ours.
+    unsafe { libc::fflush(std::ptr::null_mut()) };
+}
+
+fn replay(o: &Options) -> Result<bool, ReplayError> {
+    let record = Record::open(&o.desc, o.verify)?;
+    let d = &record.desc;
+    let input = open(&record.input)?;
+    let output = if o.verify { Some(open(&record.output)?) } else { None };
+    let args: Vec<usize> = d.args.iter().map(|a| a.value).collect();
+    let memory = DeviceMemory::map(&d.allocations)?;
+    kernel::preload(&d.libraries);
+    let k = Kernel::load(&record.image, &d.name, d.with_dyn_ptr, &args)?;
+    kernel::set_default_shape(o.teams, o.threads);
+    println!(
+        "omp-replay: kernel {} ({} arguments), {} allocations ({} bytes) at their recorded addresses",
+        d.name,
+        d.args.len(),
+        d.allocations.len(),
+        d.memory_size
+    );
+    for run in 1..=o.repeat {
+        let t0 = Instant::now();
+        memory.restore(&input)?;
+        let t1 = Instant::now();
+        // SAFETY: the recorded memory is mapped and restored just above.
+        unsafe { k.run() };
+        let t2 = Instant::now();
+        flush_c_output();
+        if o.repeat > 1 {
+            println!(
+                "run {run}: kernel {:.3} ms (restore {:.3} ms)",
+                (t2 - t1).as_secs_f64() * 1e3,
+                (t1 - t0).as_secs_f64() * 1e3
+            );
+        }
+    }
+    let Some(output) = output else { return Ok(true) };
+    match memory.compare(&output)? {
+        None => {
+            println!("omp-replay: verified: the device memory after the kernel matches the recording");
+            Ok(true)
+        }
+        Some(diff) => {
+            println!(
+                "omp-replay: verification failed: allocation {} (0x{:x}, {} bytes) differs at offset {}: recorded \
+                 0x{:02x}, replayed 0x{:02x}",
+                diff.allocation, diff.addr, diff.size, diff.offset, diff.recorded, diff.replayed
+            );
+            Ok(false)
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == "--version") {
+        println!("omp-replay {} (record format {})", env!("CARGO_PKG_VERSION"), omp_replay::desc::FORMAT_VERSION);
+        return ExitCode::SUCCESS;
+    }
+    if args.iter().any(|a| a == "--help" || a == "-h") {
+        println!("{USAGE}");
+        return ExitCode::SUCCESS;
+    }
+    let o = match parse(&args) {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!("omp-replay: error: {e}\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    match replay(&o) {
+        Ok(true) => ExitCode::SUCCESS,
+        Ok(false) => ExitCode::from(1),
+        Err(e) => {
+            eprintln!("omp-replay: error: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
