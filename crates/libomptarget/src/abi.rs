@@ -59,6 +59,7 @@ const _: () = assert!(std::mem::size_of::<Ident>() == 24);
 /// # Safety
 /// `ident` is NULL or points to an `ident_t` clang emitted: a constant of a registered
 /// binary whose `psource` is NULL or a constant string of it.
+#[inline]
 pub unsafe fn loc(ident: *const Ident) -> Loc {
     if ident.is_null() {
         return Loc::NONE;
@@ -72,6 +73,7 @@ pub unsafe fn loc(ident: *const Ident) -> Loc {
 ///
 /// # Safety
 /// `ptr` must point to `n` valid elements when non-null, alive for `'a`.
+#[inline]
 pub unsafe fn slice<'a, T>(ptr: *const T, n: i32) -> &'a [T] {
     if ptr.is_null() || n <= 0 {
         return &[];
@@ -84,6 +86,7 @@ pub unsafe fn slice<'a, T>(ptr: *const T, n: i32) -> &'a [T] {
 ///
 /// # Safety
 /// Each non-null pointer must point to `n` elements, as clang emits them; `bases` writable.
+#[inline]
 pub unsafe fn map_args<'a>(
     n: i32,
     bases: *mut *mut c_void,
@@ -95,8 +98,7 @@ pub unsafe fn map_args<'a>(
 ) -> Option<MapArgs<'a>> {
     let count = n.max(0) as usize;
     if count > 0 && (bases.is_null() || begins.is_null() || sizes.is_null() || types.is_null()) {
-        omp_runtime::info::error(format_args!("invalid map arguments: {count} entries but a NULL array"));
-        return None;
+        return refuse(format_args!("invalid map arguments: {count} entries but a NULL array"));
     }
     // SAFETY: the arrays hold `count` pointer-sized elements (caller's contract); usize and
     // pointers share a layout. Their entries are the running construct's map clauses, as
@@ -113,24 +115,41 @@ pub unsafe fn map_args<'a>(
     }
 }
 
-/// Unpacks `KernelArgsTy`.
+/// Says why arguments are refused, off the path of every launch.
+#[cold]
+#[inline(never)]
+fn refuse<T>(why: std::fmt::Arguments) -> Option<T> {
+    omp_runtime::info::error(why);
+    None
+}
+
+/// The `KernelArgsTy` of a launch and its map arrays; `None` (said) when it cannot be read.
 ///
 /// # Safety
-/// `args` must point to a valid `KernelArgsTy` whose arrays hold `num_args` elements.
-pub unsafe fn kernel_launch<'a>(args: *mut KernelArgs, num_teams: i32, thread_limit: i32) -> Option<KernelLaunch<'a>> {
+/// `args` must be NULL or point to a valid `KernelArgsTy` whose arrays hold `num_args`
+/// elements, alive and unaliased for `'a`.
+#[inline(always)]
+pub unsafe fn kernel_args<'a>(args: *mut KernelArgs) -> Option<(&'a KernelArgs, MapArgs<'a>)> {
     if args.is_null() {
-        omp_runtime::info::error(format_args!("__tgt_target_kernel called with NULL kernel arguments"));
-        return None;
+        return refuse(format_args!("__tgt_target_kernel called with NULL kernel arguments"));
     }
     // SAFETY: non-null and laid out by clang (caller's contract).
-    let a = unsafe { &mut *args };
+    let a = unsafe { &*args };
     // SAFETY: the arrays come from the same struct, with `num_args` elements.
     let map = unsafe {
         map_args(a.num_args as i32, a.arg_base_ptrs, a.arg_ptrs, a.arg_sizes, a.arg_types, a.arg_names, a.arg_mappers)?
     };
+    Some((a, map))
+}
+
+/// The launch `KernelArgsTy` describes, with `map` its arrays ([`kernel_args`]). Returns the
+/// launch by value, not in an `Option`: inlined into `__tgt_target_kernel`, it is built in
+/// place rather than copied (a 150-byte copy on every launch otherwise).
+#[inline(always)]
+pub fn kernel_launch<'a>(a: &KernelArgs, map: MapArgs<'a>, num_teams: i32, thread_limit: i32) -> KernelLaunch<'a> {
     let teams = if a.version >= 2 { a.num_teams[0] } else { num_teams as u32 };
     let threads = if a.version >= 2 { a.thread_limit[0] } else { thread_limit as u32 };
-    Some(KernelLaunch {
+    KernelLaunch {
         version: a.version,
         args: map,
         num_teams: if teams == u32::MAX { 1 } else { teams },
@@ -140,7 +159,7 @@ pub unsafe fn kernel_launch<'a>(args: *mut KernelArgs, num_teams: i32, thread_li
         teams_yz: if a.version >= 2 { [a.num_teams[1], a.num_teams[2]] } else { [0, 0] },
         threads_yz: if a.version >= 2 { [a.thread_limit[1], a.thread_limit[2]] } else { [0, 0] },
         dyn_group_mem: if a.version >= 2 { a.dyn_cgroup_mem } else { 0 },
-    })
+    }
 }
 
 /// Why a `__tgt_bin_desc` cannot be read (`__tgt_register_lib` says so and ignores it).

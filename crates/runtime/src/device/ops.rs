@@ -97,12 +97,14 @@ pub(crate) struct Allocation {
 impl DeviceCtx {
     /// The bookkeeping of a failed backend call: a lost device is marked lost (the first
     /// failure that says so is the one that reports it).
+    #[cold]
     fn failed(&self, source: PluginError, op: DeviceOp) -> DeviceError {
         let newly_lost = source.is_lost() && self.lost.set(source.reason.clone()).is_ok();
         crate::debug!("omptarget", "device {}: plugin call failed while {op}: {source}", self.id);
         DeviceError { op, source, device: self.id, newly_lost }
     }
 
+    #[inline]
     fn check<T>(&self, r: omp_plugin::Result<T>, op: DeviceOp) -> Result<T, DeviceError> {
         r.map_err(|e| self.failed(e, op))
     }
@@ -177,10 +179,12 @@ impl DeviceCtx {
         freed
     }
 
-    /// Host→device copy, announced and reported as a `Transfer` of mapping `name`.
+    /// Host→device copy, announced and reported as a `Transfer` of mapping `name`. With no
+    /// observer it is the backend's call alone (see [`DeviceCtx::launch`]).
     ///
     /// # Safety
     /// `[host, host+size)` must be readable program memory for the duration of the call.
+    #[inline]
     pub(crate) unsafe fn submit_traced(
         &self,
         rt: &Runtime,
@@ -189,16 +193,22 @@ impl DeviceCtx {
         size: usize,
         name: MapName,
     ) -> Result<(), DeviceError> {
+        if !rt.observing() {
+            // SAFETY: the caller's promise.
+            return self.check(unsafe { self.backend.submit(tgt, host, size) }, DeviceOp::Submit);
+        }
         self.transfer(rt, Direction::ToDevice, host, tgt, size, name, || {
             // SAFETY: the caller's promise.
             unsafe { self.submit(tgt, host, size) }
         })
     }
 
-    /// Device→host copy, announced and reported as a `Transfer` of mapping `name`.
+    /// Device→host copy, announced and reported as a `Transfer` of mapping `name`. With no
+    /// observer it is the backend's call alone (see [`DeviceCtx::launch`]).
     ///
     /// # Safety
     /// `[host, host+size)` must be writable program memory for the duration of the call.
+    #[inline]
     pub(crate) unsafe fn retrieve_traced(
         &self,
         rt: &Runtime,
@@ -207,14 +217,20 @@ impl DeviceCtx {
         size: usize,
         name: MapName,
     ) -> Result<(), DeviceError> {
+        if !rt.observing() {
+            // SAFETY: the caller's promise.
+            return self.check(unsafe { self.backend.retrieve(host, tgt, size) }, DeviceOp::Retrieve);
+        }
         self.transfer(rt, Direction::FromDevice, host, tgt, size, name, || {
             // SAFETY: the caller's promise.
             unsafe { self.retrieve(host, tgt, size) }
         })
     }
 
-    /// A copy between the event that announces it and the one that reports it done.
+    /// A copy between the event that announces it and the one that reports it done (someone
+    /// observes).
     #[allow(clippy::too_many_arguments)]
+    #[inline(never)]
     fn transfer<R>(
         &self,
         rt: &Runtime,
@@ -225,9 +241,6 @@ impl DeviceCtx {
         name: MapName,
         copy: impl FnOnce() -> R,
     ) -> R {
-        if !rt.observing() {
-            return copy();
-        }
         let ev = |done| Event::Transfer { device: self.id, dir, host, tgt, bytes, name, done };
         rt.emit(&ev(None));
         let start = rt.start_timer();
@@ -302,9 +315,14 @@ impl DeviceCtx {
     /// its interval). The caller names the kernel and its place in the lost-device line
     /// ([`DeviceError::report_while`]).
     ///
+    /// With no observer (the usual case) this is the backend's call and nothing else: one
+    /// relaxed load decides it, no event is built, no timer read, and the debug trace needs
+    /// no check of its own (it is an observer, so it is off).
+    ///
     /// # Safety
     /// As [`omp_plugin::Device::launch`]: `kernel` is this device's and `args` are what the
     /// kernel expects (device addresses of this device, or literals).
+    #[inline]
     pub(crate) unsafe fn launch<'e>(
         &self,
         rt: &Runtime,
@@ -314,8 +332,27 @@ impl DeviceCtx {
         event: impl Fn(Option<Interval>) -> Event<'e>,
     ) -> Result<(), DeviceError> {
         if rt.observing() {
-            rt.emit(&event(None));
+            // SAFETY: the caller's promise, passed on.
+            return unsafe { self.launch_observed(rt, kernel, args, config, event) };
         }
+        // SAFETY: the caller's promise, passed on.
+        self.check(unsafe { self.backend.launch(kernel, args, config) }, DeviceOp::Launch)
+    }
+
+    /// [`DeviceCtx::launch`] while someone observes: its events, its timer, its debug line.
+    ///
+    /// # Safety
+    /// As [`DeviceCtx::launch`].
+    #[inline(never)]
+    unsafe fn launch_observed<'e>(
+        &self,
+        rt: &Runtime,
+        kernel: KernelId,
+        args: &[usize],
+        config: &LaunchConfig,
+        event: impl Fn(Option<Interval>) -> Event<'e>,
+    ) -> Result<(), DeviceError> {
+        rt.emit(&event(None));
         let start = rt.start_timer();
         // SAFETY: the caller's promise, passed on.
         let launched = unsafe { self.backend.launch(kernel, args, config) };
