@@ -227,10 +227,8 @@ impl DeviceCtx {
         })
     }
 
-    /// A copy between the event that announces it and the one that reports it done (someone
-    /// observes).
+    /// A copy between the event that announces it and the one that reports it done.
     #[allow(clippy::too_many_arguments)]
-    #[inline(never)]
     fn transfer<R>(
         &self,
         rt: &Runtime,
@@ -241,12 +239,19 @@ impl DeviceCtx {
         name: MapName,
         copy: impl FnOnce() -> R,
     ) -> R {
-        let ev = |done| Event::Transfer { device: self.id, dir, host, tgt, bytes, name, done };
-        rt.emit(&ev(None));
+        Self::observed(rt, |done| Event::Transfer { device: self.id, dir, host, tgt, bytes, name, done }, copy)
+    }
+
+    /// An operation someone observes: between the event that announces it and the one that
+    /// reports it done with its interval (when an observer reads intervals). Out of line: the
+    /// unobserved paths that call it stay small.
+    #[inline(never)]
+    fn observed<'e, R>(rt: &Runtime, event: impl Fn(Option<Interval>) -> Event<'e>, op: impl FnOnce() -> R) -> R {
+        rt.emit(&event(None));
         let start = rt.start_timer();
-        let r = copy();
+        let r = op();
         if let Some(t) = Runtime::stop_timer(start) {
-            rt.emit(&ev(Some(t)));
+            rt.emit(&event(Some(t)));
         }
         r
     }
@@ -331,40 +336,21 @@ impl DeviceCtx {
         config: &LaunchConfig,
         event: impl Fn(Option<Interval>) -> Event<'e>,
     ) -> Result<(), DeviceError> {
-        if rt.observing() {
+        if !rt.observing() {
             // SAFETY: the caller's promise, passed on.
-            return unsafe { self.launch_observed(rt, kernel, args, config, event) };
+            return self.check(unsafe { self.backend.launch(kernel, args, config) }, DeviceOp::Launch);
         }
-        // SAFETY: the caller's promise, passed on.
-        self.check(unsafe { self.backend.launch(kernel, args, config) }, DeviceOp::Launch)
-    }
-
-    /// [`DeviceCtx::launch`] while someone observes: its events, its timer, its debug line.
-    ///
-    /// # Safety
-    /// As [`DeviceCtx::launch`].
-    #[inline(never)]
-    unsafe fn launch_observed<'e>(
-        &self,
-        rt: &Runtime,
-        kernel: KernelId,
-        args: &[usize],
-        config: &LaunchConfig,
-        event: impl Fn(Option<Interval>) -> Event<'e>,
-    ) -> Result<(), DeviceError> {
-        rt.emit(&event(None));
-        let start = rt.start_timer();
-        // SAFETY: the caller's promise, passed on.
-        let launched = unsafe { self.backend.launch(kernel, args, config) };
-        crate::debug!(
-            "omptarget",
-            "device {}: plugin launch({kernel:?}, {} arguments) -> {launched:?}",
-            self.id,
-            args.len()
-        );
-        if let Some(t) = Runtime::stop_timer(start) {
-            rt.emit(&event(Some(t)));
-        }
+        let launched = Self::observed(rt, event, || {
+            // SAFETY: the caller's promise, passed on.
+            let launched = unsafe { self.backend.launch(kernel, args, config) };
+            crate::debug!(
+                "omptarget",
+                "device {}: plugin launch({kernel:?}, {} arguments) -> {launched:?}",
+                self.id,
+                args.len()
+            );
+            launched
+        });
         self.check(launched, DeviceOp::Launch)
     }
 
