@@ -82,7 +82,7 @@ pub unsafe fn slice<'a, T>(ptr: *const T, n: i32) -> &'a [T] {
     unsafe { std::slice::from_raw_parts(ptr, n as usize) }
 }
 
-/// The map arrays of a data or kernel entry point.
+/// The map arrays of a data or kernel entry point; `None` (said) when one is missing.
 ///
 /// # Safety
 /// Each non-null pointer must point to `n` elements, as clang emits them; `bases` writable.
@@ -96,22 +96,52 @@ pub unsafe fn map_args<'a>(
     names: *const *mut c_void,
     mappers: *const *mut c_void,
 ) -> Option<MapArgs<'a>> {
-    let count = n.max(0) as usize;
-    if count > 0 && (bases.is_null() || begins.is_null() || sizes.is_null() || types.is_null()) {
-        return refuse(format_args!("invalid map arguments: {count} entries but a NULL array"));
+    if !arrays_given(n, bases, begins, sizes, types) {
+        return refuse(format_args!("invalid map arguments: {} entries but a NULL array", n.max(0)));
     }
+    // SAFETY: the caller's promise; the four arrays a count needs are there (checked).
+    Some(unsafe { map_arrays(n, bases, begins, sizes, types, names, mappers) })
+}
+
+/// Whether the arrays that `n` map entries need are all there.
+#[inline(always)]
+fn arrays_given(
+    n: i32,
+    bases: *mut *mut c_void,
+    begins: *mut *mut c_void,
+    sizes: *const i64,
+    types: *const i64,
+) -> bool {
+    n <= 0 || !(bases.is_null() || begins.is_null() || sizes.is_null() || types.is_null())
+}
+
+/// The map arrays, once [`arrays_given`] said they are there.
+///
+/// # Safety
+/// As [`map_args`], and `bases`, `begins`, `sizes` and `types` are non-null when `n > 0`.
+#[inline(always)]
+unsafe fn map_arrays<'a>(
+    n: i32,
+    bases: *mut *mut c_void,
+    begins: *mut *mut c_void,
+    sizes: *const i64,
+    types: *const i64,
+    names: *const *mut c_void,
+    mappers: *const *mut c_void,
+) -> MapArgs<'a> {
+    let count = n.max(0) as usize;
     // SAFETY: the arrays hold `count` pointer-sized elements (caller's contract); usize and
     // pointers share a layout. Their entries are the running construct's map clauses, as
     // clang emits them (the caller's contract), which is what `MapArgs::new` asks.
     unsafe {
-        Some(MapArgs::new(
+        MapArgs::new(
             if count == 0 { &mut [] } else { std::slice::from_raw_parts_mut(bases.cast::<usize>(), count) },
             slice(begins.cast::<usize>(), n),
             slice(sizes, n),
             slice(types, n),
             (!names.is_null() && count > 0).then(|| slice(names.cast::<usize>(), n)),
             (!mappers.is_null() && count > 0).then(|| slice(mappers.cast::<usize>(), n)),
-        ))
+        )
     }
 }
 
@@ -123,35 +153,50 @@ fn refuse<T>(why: std::fmt::Arguments) -> Option<T> {
     None
 }
 
-/// The `KernelArgsTy` of a launch and its map arrays; `None` (said) when it cannot be read.
+/// A launch's `KernelArgsTy`, once checked: `None` (said) when it or one of the map arrays
+/// its count needs is missing.
 ///
 /// # Safety
-/// `args` must be NULL or point to a valid `KernelArgsTy` whose arrays hold `num_args`
-/// elements, alive and unaliased for `'a`.
+/// `args` is NULL or points to a `KernelArgsTy` clang laid out, alive for `'a`.
 #[inline(always)]
-pub unsafe fn kernel_args<'a>(args: *mut KernelArgs) -> Option<(&'a KernelArgs, MapArgs<'a>)> {
+pub unsafe fn kernel_args<'a>(args: *mut KernelArgs) -> Option<&'a KernelArgs> {
     if args.is_null() {
         return refuse(format_args!("__tgt_target_kernel called with NULL kernel arguments"));
     }
     // SAFETY: non-null and laid out by clang (caller's contract).
     let a = unsafe { &*args };
-    // SAFETY: the arrays come from the same struct, with `num_args` elements.
-    let map = unsafe {
-        map_args(a.num_args as i32, a.arg_base_ptrs, a.arg_ptrs, a.arg_sizes, a.arg_types, a.arg_names, a.arg_mappers)?
-    };
-    Some((a, map))
+    if !arrays_given(a.num_args as i32, a.arg_base_ptrs, a.arg_ptrs, a.arg_sizes, a.arg_types) {
+        return refuse(format_args!("invalid map arguments: {} entries but a NULL array", (a.num_args as i32).max(0)));
+    }
+    Some(a)
 }
 
-/// The launch `KernelArgsTy` describes, with `map` its arrays ([`kernel_args`]). Returns the
-/// launch by value, not in an `Option`: inlined into `__tgt_target_kernel`, it is built in
-/// place rather than copied (a 150-byte copy on every launch otherwise).
+/// The launch a checked `KernelArgsTy` ([`kernel_args`]) describes. Returned by value, not
+/// in an `Option`, and inlined into `__tgt_target_kernel`: the launch is built in place,
+/// not moved through a temporary (a 150-byte copy on every launch).
+///
+/// # Safety
+/// `a` came from [`kernel_args`]; its arrays hold `num_args` elements, alive and not
+/// otherwise borrowed for `'a`.
 #[inline(always)]
-pub fn kernel_launch<'a>(a: &KernelArgs, map: MapArgs<'a>, num_teams: i32, thread_limit: i32) -> KernelLaunch<'a> {
+pub unsafe fn kernel_launch<'a>(a: &'a KernelArgs, num_teams: i32, thread_limit: i32) -> KernelLaunch<'a> {
     let teams = if a.version >= 2 { a.num_teams[0] } else { num_teams as u32 };
     let threads = if a.version >= 2 { a.thread_limit[0] } else { thread_limit as u32 };
     KernelLaunch {
         version: a.version,
-        args: map,
+        // SAFETY: the arrays come from the same struct, with `num_args` elements, and
+        // `kernel_args` checked that those a count needs are there (the caller's promise).
+        args: unsafe {
+            map_arrays(
+                a.num_args as i32,
+                a.arg_base_ptrs,
+                a.arg_ptrs,
+                a.arg_sizes,
+                a.arg_types,
+                a.arg_names,
+                a.arg_mappers,
+            )
+        },
         num_teams: if teams == u32::MAX { 1 } else { teams },
         thread_limit: threads,
         tripcount: a.tripcount,

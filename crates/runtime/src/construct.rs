@@ -33,7 +33,6 @@ impl Runtime {
     /// Enters a construct: gives it an id, then announces its map arguments and its begin,
     /// so that every event of the construct, its arguments included, belongs to its id
     /// ([`trace::EventCx::construct`]). `None` when nobody observes.
-    #[inline]
     fn enter_construct(
         &self,
         kind: TargetKind,
@@ -55,7 +54,6 @@ impl Runtime {
     }
 
     /// Leaves a construct with its end event.
-    #[inline]
     fn leave_construct(&self, scope: Option<ConstructScope>) {
         let Some(ConstructScope { kind, device, loc, target_id, codeptr, prev, start }) = scope else { return };
         let time = Self::stop_timer(start);
