@@ -155,21 +155,20 @@ mod tests {
             Ok(Response::Done),
             Ok(Response::Done),
         ]);
+        let asked_for = |req: Request| assert_eq!(peer.asked.borrow().last(), Some(&format!("{req:?}")));
         assert_eq!(peer.load_request(b"\x7fELF").unwrap(), ImageId(7));
+        asked_for(Request::Load { device: 3, image: b"\x7fELF" });
         assert_eq!(peer.kernel_request(ImageId(7), c"k").unwrap(), KernelId::new(0x40));
+        asked_for(Request::Kernel { device: 3, image: 7, name: "k" });
         assert_eq!(peer.global_request(ImageId(7), c"g").unwrap(), GlobalSymbol { addr: 0x1000, size: 8 });
+        asked_for(Request::Global { device: 3, image: 7, name: "g" });
         assert_eq!(peer.alloc_request(64).unwrap(), 0x2000);
+        asked_for(Request::Alloc { device: 3, size: 64 });
         peer.free_request(0x2000).unwrap();
+        asked_for(Request::Free { device: 3, addr: 0x2000 });
         peer.copy_request(0x3000, 0x2000, 16).unwrap();
-        let expected = [
-            Request::Load { device: 3, image: b"\x7fELF" },
-            Request::Kernel { device: 3, image: 7, name: "k" },
-            Request::Global { device: 3, image: 7, name: "g" },
-            Request::Alloc { device: 3, size: 64 },
-            Request::Free { device: 3, addr: 0x2000 },
-            Request::Copy { device: 3, dst: 0x3000, src: 0x2000, len: 16 },
-        ];
-        assert_eq!(*peer.asked.borrow(), expected.map(|r| format!("{r:?}")));
+        asked_for(Request::Copy { device: 3, dst: 0x3000, src: 0x2000, len: 16 });
+        assert_eq!(peer.asked.borrow().len(), 6, "one request each");
     }
 
     #[test]
