@@ -86,7 +86,7 @@ pub unsafe fn slice<'a, T>(ptr: *const T, n: i32) -> &'a [T] {
 ///
 /// # Safety
 /// Each non-null pointer must point to `n` elements, as clang emits them; `bases` writable.
-#[inline]
+#[inline(always)]
 pub unsafe fn map_args<'a>(
     n: i32,
     bases: *mut *mut c_void,
@@ -99,8 +99,21 @@ pub unsafe fn map_args<'a>(
     if !arrays_given(n, bases, begins, sizes, types) {
         return refuse(format_args!("invalid map arguments: {} entries but a NULL array", n.max(0)));
     }
-    // SAFETY: the caller's promise; the four arrays a count needs are there (checked).
-    Some(unsafe { map_arrays(n, bases, begins, sizes, types, names, mappers) })
+    let count = n.max(0) as usize;
+    // SAFETY: the arrays hold `count` pointer-sized elements (caller's contract; those a
+    // count needs are there, checked); usize and pointers share a layout. Their entries are
+    // the running construct's map clauses, as clang emits them (the caller's contract),
+    // which is what `MapArgs::new` asks.
+    unsafe {
+        Some(MapArgs::new(
+            if count == 0 { &mut [] } else { std::slice::from_raw_parts_mut(bases.cast::<usize>(), count) },
+            slice(begins.cast::<usize>(), n),
+            slice(sizes, n),
+            slice(types, n),
+            (!names.is_null() && count > 0).then(|| slice(names.cast::<usize>(), n)),
+            (!mappers.is_null() && count > 0).then(|| slice(mappers.cast::<usize>(), n)),
+        ))
+    }
 }
 
 /// Whether the arrays that `n` map entries need are all there.
@@ -113,36 +126,6 @@ fn arrays_given(
     types: *const i64,
 ) -> bool {
     n <= 0 || !(bases.is_null() || begins.is_null() || sizes.is_null() || types.is_null())
-}
-
-/// The map arrays, once [`arrays_given`] said they are there.
-///
-/// # Safety
-/// As [`map_args`], and `bases`, `begins`, `sizes` and `types` are non-null when `n > 0`.
-#[inline(always)]
-unsafe fn map_arrays<'a>(
-    n: i32,
-    bases: *mut *mut c_void,
-    begins: *mut *mut c_void,
-    sizes: *const i64,
-    types: *const i64,
-    names: *const *mut c_void,
-    mappers: *const *mut c_void,
-) -> MapArgs<'a> {
-    let count = n.max(0) as usize;
-    // SAFETY: the arrays hold `count` pointer-sized elements (caller's contract); usize and
-    // pointers share a layout. Their entries are the running construct's map clauses, as
-    // clang emits them (the caller's contract), which is what `MapArgs::new` asks.
-    unsafe {
-        MapArgs::new(
-            if count == 0 { &mut [] } else { std::slice::from_raw_parts_mut(bases.cast::<usize>(), count) },
-            slice(begins.cast::<usize>(), n),
-            slice(sizes, n),
-            slice(types, n),
-            (!names.is_null() && count > 0).then(|| slice(names.cast::<usize>(), n)),
-            (!mappers.is_null() && count > 0).then(|| slice(mappers.cast::<usize>(), n)),
-        )
-    }
 }
 
 /// Says why arguments are refused, off the path of every launch.
@@ -185,9 +168,10 @@ pub unsafe fn kernel_launch<'a>(a: &'a KernelArgs, num_teams: i32, thread_limit:
     KernelLaunch {
         version: a.version,
         // SAFETY: the arrays come from the same struct, with `num_args` elements, and
-        // `kernel_args` checked that those a count needs are there (the caller's promise).
+        // `kernel_args` checked that those a count needs are there (the caller's promise), so
+        // `map_args` gives `Some`: inlined, neither its check nor its `Option` is left.
         args: unsafe {
-            map_arrays(
+            map_args(
                 a.num_args as i32,
                 a.arg_base_ptrs,
                 a.arg_ptrs,
@@ -196,6 +180,7 @@ pub unsafe fn kernel_launch<'a>(a: &'a KernelArgs, num_teams: i32, thread_limit:
                 a.arg_names,
                 a.arg_mappers,
             )
+            .unwrap_unchecked()
         },
         num_teams: if teams == u32::MAX { 1 } else { teams },
         thread_limit: threads,
