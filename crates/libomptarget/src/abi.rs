@@ -50,6 +50,22 @@ pub struct KernelArgs {
     pub dyn_cgroup_mem: u32,
 }
 
+impl KernelArgs {
+    /// Its map arrays.
+    #[inline(always)]
+    fn map_arrays(&self) -> MapArrays {
+        MapArrays {
+            n: self.num_args as i32,
+            bases: self.arg_base_ptrs,
+            begins: self.arg_ptrs,
+            sizes: self.arg_sizes,
+            types: self.arg_types,
+            names: self.arg_names,
+            mappers: self.arg_mappers,
+        }
+    }
+}
+
 const _: () = assert!(std::mem::size_of::<KernelArgs>() == 104);
 const _: () = assert!(std::mem::size_of::<BinDesc>() == 32);
 const _: () = assert!(std::mem::size_of::<Ident>() == 24);
@@ -59,6 +75,7 @@ const _: () = assert!(std::mem::size_of::<Ident>() == 24);
 /// # Safety
 /// `ident` is NULL or points to an `ident_t` clang emitted: a constant of a registered
 /// binary whose `psource` is NULL or a constant string of it.
+#[inline]
 pub unsafe fn loc(ident: *const Ident) -> Loc {
     if ident.is_null() {
         return Loc::NONE;
@@ -72,6 +89,7 @@ pub unsafe fn loc(ident: *const Ident) -> Loc {
 ///
 /// # Safety
 /// `ptr` must point to `n` valid elements when non-null, alive for `'a`.
+#[inline]
 pub unsafe fn slice<'a, T>(ptr: *const T, n: i32) -> &'a [T] {
     if ptr.is_null() || n <= 0 {
         return &[];
@@ -80,59 +98,108 @@ pub unsafe fn slice<'a, T>(ptr: *const T, n: i32) -> &'a [T] {
     unsafe { std::slice::from_raw_parts(ptr, n as usize) }
 }
 
-/// The map arrays of a data or kernel entry point.
-///
-/// # Safety
-/// Each non-null pointer must point to `n` elements, as clang emits them; `bases` writable.
-pub unsafe fn map_args<'a>(
-    n: i32,
-    bases: *mut *mut c_void,
-    begins: *mut *mut c_void,
-    sizes: *const i64,
-    types: *const i64,
-    names: *const *mut c_void,
-    mappers: *const *mut c_void,
-) -> Option<MapArgs<'a>> {
-    let count = n.max(0) as usize;
-    if count > 0 && (bases.is_null() || begins.is_null() || sizes.is_null() || types.is_null()) {
-        omp_runtime::info::error(format_args!("invalid map arguments: {count} entries but a NULL array"));
-        return None;
+/// The map arrays of a data or kernel entry point, as clang passes them.
+#[derive(Clone, Copy)]
+pub struct MapArrays {
+    /// How many entries each array holds (none when not positive).
+    pub n: i32,
+    pub bases: *mut *mut c_void,
+    pub begins: *mut *mut c_void,
+    pub sizes: *const i64,
+    pub types: *const i64,
+    /// May be NULL (no names).
+    pub names: *const *mut c_void,
+    /// May be NULL (no mappers).
+    pub mappers: *const *mut c_void,
+}
+
+impl MapArrays {
+    /// Whether the arrays that `n` entries need are all there (names and mappers may not be).
+    #[inline(always)]
+    fn given(&self) -> bool {
+        self.n <= 0 || !(self.bases.is_null() || self.begins.is_null() || self.sizes.is_null() || self.types.is_null())
     }
-    // SAFETY: the arrays hold `count` pointer-sized elements (caller's contract); usize and
-    // pointers share a layout. Their entries are the running construct's map clauses, as
-    // clang emits them (the caller's contract), which is what `MapArgs::new` asks.
-    unsafe {
-        Some(MapArgs::new(
-            if count == 0 { &mut [] } else { std::slice::from_raw_parts_mut(bases.cast::<usize>(), count) },
-            slice(begins.cast::<usize>(), n),
-            slice(sizes, n),
-            slice(types, n),
-            (!names.is_null() && count > 0).then(|| slice(names.cast::<usize>(), n)),
-            (!mappers.is_null() && count > 0).then(|| slice(mappers.cast::<usize>(), n)),
-        ))
+
+    /// The runtime's view of the arrays, once [`MapArrays::given`] said they are there.
+    ///
+    /// # Safety
+    /// Each non-null pointer points to `n` elements, as clang emits them, alive and not
+    /// otherwise borrowed for `'a`; `bases` writable; and `given()` is true.
+    #[inline(always)]
+    unsafe fn map_args<'a>(self) -> MapArgs<'a> {
+        let MapArrays { n, bases, begins, sizes, types, names, mappers } = self;
+        let count = n.max(0) as usize;
+        // SAFETY: the arrays hold `count` pointer-sized elements (caller's contract); usize
+        // and pointers share a layout. Their entries are the running construct's map clauses,
+        // as clang emits them (the caller's contract), which is what `MapArgs::new` asks.
+        unsafe {
+            MapArgs::new(
+                if count == 0 { &mut [] } else { std::slice::from_raw_parts_mut(bases.cast::<usize>(), count) },
+                slice(begins.cast::<usize>(), n),
+                slice(sizes, n),
+                slice(types, n),
+                (!names.is_null() && count > 0).then(|| slice(names.cast::<usize>(), n)),
+                (!mappers.is_null() && count > 0).then(|| slice(mappers.cast::<usize>(), n)),
+            )
+        }
     }
 }
 
-/// Unpacks `KernelArgsTy`.
+/// The map arrays of a data or kernel entry point; `None` (said) when one is missing.
 ///
 /// # Safety
-/// `args` must point to a valid `KernelArgsTy` whose arrays hold `num_args` elements.
-pub unsafe fn kernel_launch<'a>(args: *mut KernelArgs, num_teams: i32, thread_limit: i32) -> Option<KernelLaunch<'a>> {
+/// Each non-null pointer must point to `n` elements, as clang emits them; `bases` writable.
+#[inline]
+pub unsafe fn map_args<'a>(arrays: MapArrays) -> Option<MapArgs<'a>> {
+    if !arrays.given() {
+        return refuse(format_args!("invalid map arguments: {} entries but a NULL array", arrays.n.max(0)));
+    }
+    // SAFETY: the caller's promise, and the arrays are there (checked).
+    Some(unsafe { arrays.map_args() })
+}
+
+/// Says why arguments are refused, off the path of every launch.
+#[cold]
+#[inline(never)]
+fn refuse<T>(why: std::fmt::Arguments) -> Option<T> {
+    omp_runtime::info::error(why);
+    None
+}
+
+/// A launch's `KernelArgsTy`, once checked: `None` (said) when it or one of the map arrays
+/// its count needs is missing.
+///
+/// # Safety
+/// `args` is NULL or points to a `KernelArgsTy` clang laid out, alive for `'a`.
+#[inline(always)]
+pub unsafe fn kernel_args<'a>(args: *mut KernelArgs) -> Option<&'a KernelArgs> {
     if args.is_null() {
-        omp_runtime::info::error(format_args!("__tgt_target_kernel called with NULL kernel arguments"));
-        return None;
+        return refuse(format_args!("__tgt_target_kernel called with NULL kernel arguments"));
     }
     // SAFETY: non-null and laid out by clang (caller's contract).
-    let a = unsafe { &mut *args };
-    // SAFETY: the arrays come from the same struct, with `num_args` elements.
-    let map = unsafe {
-        map_args(a.num_args as i32, a.arg_base_ptrs, a.arg_ptrs, a.arg_sizes, a.arg_types, a.arg_names, a.arg_mappers)?
-    };
+    let a = unsafe { &*args };
+    if !a.map_arrays().given() {
+        return refuse(format_args!("invalid map arguments: {} entries but a NULL array", (a.num_args as i32).max(0)));
+    }
+    Some(a)
+}
+
+/// The launch a checked `KernelArgsTy` ([`kernel_args`]) describes. Returned by value, not
+/// in an `Option`, and inlined into `__tgt_target_kernel`: the launch is built in place,
+/// not moved through a temporary (a 150-byte copy on every launch).
+///
+/// # Safety
+/// `a` came from [`kernel_args`]; its arrays hold `num_args` elements, alive and not
+/// otherwise borrowed for `'a`.
+#[inline(always)]
+pub unsafe fn kernel_launch<'a>(a: &'a KernelArgs, num_teams: i32, thread_limit: i32) -> KernelLaunch<'a> {
     let teams = if a.version >= 2 { a.num_teams[0] } else { num_teams as u32 };
     let threads = if a.version >= 2 { a.thread_limit[0] } else { thread_limit as u32 };
-    Some(KernelLaunch {
+    KernelLaunch {
         version: a.version,
-        args: map,
+        // SAFETY: the arrays come from the same struct, with `num_args` elements, and
+        // `kernel_args` checked that those a count needs are there (the caller's promise).
+        args: unsafe { a.map_arrays().map_args() },
         num_teams: if teams == u32::MAX { 1 } else { teams },
         thread_limit: threads,
         tripcount: a.tripcount,
@@ -140,7 +207,7 @@ pub unsafe fn kernel_launch<'a>(args: *mut KernelArgs, num_teams: i32, thread_li
         teams_yz: if a.version >= 2 { [a.num_teams[1], a.num_teams[2]] } else { [0, 0] },
         threads_yz: if a.version >= 2 { [a.thread_limit[1], a.thread_limit[2]] } else { [0, 0] },
         dyn_group_mem: if a.version >= 2 { a.dyn_cgroup_mem } else { 0 },
-    })
+    }
 }
 
 /// Why a `__tgt_bin_desc` cannot be read (`__tgt_register_lib` says so and ignores it).

@@ -22,8 +22,9 @@ unsafe fn data(
     mappers: *mut *mut c_void,
 ) {
     guard("__tgt_target_data", (), || {
+        let arrays = abi::MapArrays { n, bases, begins, sizes, types, names, mappers };
         // SAFETY: clang passes arrays of `n` entries.
-        let Some(mut args) = (unsafe { abi::map_args(n, bases, begins, sizes, types, names, mappers) }) else { return };
+        let Some(mut args) = (unsafe { abi::map_args(arrays) }) else { return };
         // SAFETY: clang passes its constant `ident_t` or NULL.
         let loc = unsafe { abi::loc(loc) };
         rt().data_directive(loc, device_id, &mut args, which, nowait);

@@ -18,9 +18,11 @@ pub unsafe extern "C" fn __tgt_target_kernel(
     crate::record_caller!();
     guard("__tgt_target_kernel", OFFLOAD_FAIL, || {
         // SAFETY: clang passes its KernelArgsTy for this launch.
-        let Some(mut launch) = (unsafe { abi::kernel_launch(args, num_teams, thread_limit) }) else {
+        let Some(kernel_args) = (unsafe { abi::kernel_args(args) }) else {
             return OFFLOAD_FAIL;
         };
+        // SAFETY: checked just above; the arrays are the construct's, alive for the call.
+        let mut launch = unsafe { abi::kernel_launch(kernel_args, num_teams, thread_limit) };
         // SAFETY: clang passes its constant `ident_t` or NULL.
         let loc = unsafe { abi::loc(loc) };
         rt().target_kernel(loc, device_id, host_ptr as usize, &mut launch)

@@ -158,7 +158,7 @@ impl Observer for OmptObserver {
         }
     }
 
-    fn event(&self, ev: &Event, _cx: &EventCx) {
+    fn event(&self, ev: &Event, cx: &EventCx) {
         let host = || crate::rt().initial_device();
         match *ev {
             Event::DeviceInit { device } => device_init(device),
@@ -170,23 +170,23 @@ impl Observer for OmptObserver {
             // together.
             Event::Alloc { device, host: hp, tgt, bytes, .. } => {
                 for endpoint in [SCOPE_BEGIN, SCOPE_END] {
-                    data_op(endpoint, OP_ALLOC, hp, host(), tgt, device, bytes);
+                    data_op(cx, endpoint, OP_ALLOC, hp, host(), tgt, device, bytes);
                 }
             }
             Event::Free { device, tgt, bytes, .. } => {
                 // LLVM's EMI delete says 0 bytes; the plain form keeps the size it always had.
                 let bytes = if cbs().data_op_emi != 0 { 0 } else { bytes };
                 for endpoint in [SCOPE_BEGIN, SCOPE_END] {
-                    data_op(endpoint, OP_DELETE, tgt, device, 0, host(), bytes);
+                    data_op(cx, endpoint, OP_DELETE, tgt, device, 0, host(), bytes);
                 }
             }
             Event::Transfer { device, dir: Direction::ToDevice, host: hp, tgt, bytes, done, .. } => {
-                data_op(endpoint_of(done.is_none()), OP_TO_DEVICE, hp, host(), tgt, device, bytes)
+                data_op(cx, endpoint_of(done.is_none()), OP_TO_DEVICE, hp, host(), tgt, device, bytes)
             }
             Event::Transfer { device, dir: Direction::FromDevice, host: hp, tgt, bytes, done, .. } => {
-                data_op(endpoint_of(done.is_none()), OP_FROM_DEVICE, tgt, device, hp, host(), bytes)
+                data_op(cx, endpoint_of(done.is_none()), OP_FROM_DEVICE, tgt, device, hp, host(), bytes)
             }
-            Event::Kernel { teams, done, .. } => submit(endpoint_of(done.is_none()), teams),
+            Event::Kernel { teams, done, .. } => submit(cx, endpoint_of(done.is_none()), teams),
             _ => {}
         }
     }
@@ -281,9 +281,20 @@ fn target(kind: TargetKind, begin: bool, device: i32, target_id: u64, codeptr: u
     }
 }
 
+/// Tells the tool of an endpoint of a data operation of the construct `cx` names: `bytes`
+/// bytes from `src` on `src_device` to `dst` on `dst_device`.
 #[allow(clippy::too_many_arguments)]
-fn data_op(endpoint: i32, op: i32, src: usize, src_device: i32, dst: usize, dst_device: i32, bytes: usize) {
-    let (target_id, codeptr) = trace::current();
+fn data_op(
+    cx: &EventCx,
+    endpoint: i32,
+    op: i32,
+    src: usize,
+    src_device: i32,
+    dst: usize,
+    dst_device: i32,
+    bytes: usize,
+) {
+    let (target_id, codeptr) = (cx.construct(), cx.codeptr());
     if cbs().data_op_emi != 0 {
         type F = unsafe extern "C" fn(
             i32,
@@ -334,7 +345,8 @@ fn data_op(endpoint: i32, op: i32, src: usize, src_device: i32, dst: usize, dst_
     }
 }
 
-fn submit(endpoint: i32, num_teams: u32) {
+/// Tells the tool of a kernel launch of the construct `cx` names.
+fn submit(cx: &EventCx, endpoint: i32, num_teams: u32) {
     if cbs().submit_emi != 0 {
         type F = unsafe extern "C" fn(i32, *mut OmptData, *mut u64, u32);
         // SAFETY: registered for ompt_callback_target_submit_emi, whose type is F; the data
@@ -349,9 +361,8 @@ fn submit(endpoint: i32, num_teams: u32) {
         };
     } else if cbs().submit != 0 && endpoint == SCOPE_BEGIN {
         type F = unsafe extern "C" fn(u64, u64, u32);
-        let (target_id, _) = trace::current();
         // SAFETY: registered for ompt_callback_target_submit, whose type is F.
-        unsafe { std::mem::transmute::<usize, F>(cbs().submit)(target_id, trace::next_id(), num_teams) };
+        unsafe { std::mem::transmute::<usize, F>(cbs().submit)(cx.construct(), trace::next_id(), num_teams) };
     }
 }
 

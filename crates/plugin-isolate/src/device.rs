@@ -6,7 +6,7 @@ use omp_plugin::{
     host_memory, AccessTracking, AllocKind, Device, Fault, GlobalSymbol, ImageId, KernelId, LaunchConfig, PageAccess,
     PluginError, Result,
 };
-use omp_worker::{CallError, Request, Response, Worker};
+use omp_worker::{symbol_name, with_launch_request, CallError, Request, RequestPeer, Response, Worker};
 use std::ffi::CStr;
 use std::sync::Arc;
 
@@ -43,30 +43,7 @@ impl IsolateDevice {
     fn send_launch(&self, kernel: KernelId, args: &[usize], config: &LaunchConfig) -> Result<()> {
         let r = self.shared.worker()?;
         let w = &r.worker;
-        let mut small = [0u64; 16];
-        let heap: Vec<u64>;
-        let args: &[u64] = if args.len() <= small.len() {
-            for (d, s) in small.iter_mut().zip(args) {
-                *d = *s as u64;
-            }
-            &small[..args.len()]
-        } else {
-            heap = args.iter().map(|a| *a as u64).collect();
-            &heap
-        };
-        // What the program printed so far goes out before what the kernel prints, as when
-        // both share one process.
-        // SAFETY: fflush(NULL) flushes every open output stream; it takes no pointer of ours.
-        unsafe { libc::fflush(std::ptr::null_mut()) };
-        let req = Request::Launch {
-            device: self.index,
-            kernel: kernel.raw() as u64,
-            with_dyn_ptr: config.with_dyn_ptr,
-            num_teams: config.num_teams[0],
-            thread_limit: config.thread_limit[0],
-            args,
-        };
-        match w.call(&req) {
+        match with_launch_request(self.index, kernel, args, config, |req| w.call(req)) {
             Ok(_) => Ok(()),
             Err(CallError::Died(how)) => {
                 // SAFETY: the arena of a running worker stays mapped in this process.
@@ -93,8 +70,18 @@ impl IsolateDevice {
             Err(e) => Err(error(w, e)),
         }
     }
+}
 
-    fn call(&self, req: &Request) -> Result<Response> {
+impl RequestPeer for IsolateDevice {
+    fn device_index(&self) -> u32 {
+        self.index
+    }
+
+    fn peer_name(&self) -> &str {
+        "the isolated device's worker"
+    }
+
+    fn request(&self, req: &Request) -> Result<Response> {
         let r = self.shared.worker()?;
         r.worker.call(req).map_err(|e| error(&r.worker, e))
     }
@@ -112,44 +99,25 @@ fn stack_overflow_hint(size: usize) -> String {
     )
 }
 
-fn unexpected(r: Response) -> PluginError {
-    PluginError::failed(format!("unexpected reply from the isolated device's worker: {r:?}"))
-}
-
-fn name_of(name: &CStr) -> Result<&str> {
-    name.to_str().map_err(|_| PluginError::failed(format!("symbol name {name:?} is not UTF-8")))
-}
-
 impl Device for IsolateDevice {
     fn load_image(&self, image: &[u8]) -> Result<ImageId> {
-        match self.call(&Request::Load { device: self.index, image })? {
-            Response::Image(i) => {
-                if let Some(rec) = &self.shared.record {
-                    rec.image_loaded(self.index, i as usize, image);
-                }
-                Ok(ImageId(i as usize))
-            }
-            r => Err(unexpected(r)),
+        let id = self.load_request(image)?;
+        if let Some(rec) = &self.shared.record {
+            rec.image_loaded(self.index, id.0, image);
         }
+        Ok(id)
     }
 
     fn kernel(&self, image: ImageId, name: &CStr) -> Result<KernelId> {
-        match self.call(&Request::Kernel { device: self.index, image: image.0 as u64, name: name_of(name)? })? {
-            Response::Kernel(k) => {
-                if let Some(rec) = &self.shared.record {
-                    rec.kernel_resolved(self.index, k as usize, image.0, name_of(name)?);
-                }
-                Ok(KernelId::new(k as usize))
-            }
-            r => Err(unexpected(r)),
+        let k = self.kernel_request(image, name)?;
+        if let Some(rec) = &self.shared.record {
+            rec.kernel_resolved(self.index, k.raw(), image.0, symbol_name(name)?);
         }
+        Ok(k)
     }
 
     fn global(&self, image: ImageId, name: &CStr) -> Result<GlobalSymbol> {
-        match self.call(&Request::Global { device: self.index, image: image.0 as u64, name: name_of(name)? })? {
-            Response::Global { addr, size } => Ok(GlobalSymbol { addr: addr as usize, size: size as usize }),
-            r => Err(unexpected(r)),
-        }
+        self.global_request(image, name)
     }
 
     fn alloc(&self, size: usize, _kind: AllocKind) -> Result<usize> {
@@ -164,14 +132,7 @@ impl Device for IsolateDevice {
             }
             return Ok(addr);
         }
-        match self.call(&Request::Alloc { device: self.index, size: size as u64 }) {
-            Ok(Response::Addr(a)) => Ok(a as usize),
-            Ok(r) => Err(unexpected(r)),
-            Err(e) if e.kind == omp_plugin::ErrorKind::Failed && e.reason.contains("out of memory") => {
-                Err(PluginError::out_of_memory(e.reason))
-            }
-            Err(e) => Err(e),
-        }
+        self.alloc_request(size)
     }
 
     fn free(&self, ptr: usize, _kind: AllocKind) -> Result<()> {
@@ -188,7 +149,7 @@ impl Device for IsolateDevice {
                 self.index
             )));
         }
-        self.call(&Request::Free { device: self.index, addr: ptr as u64 }).map(|_| ())
+        self.free_request(ptr)
     }
 
     unsafe fn submit(&self, tgt: usize, host: usize, size: usize) -> Result<()> {
@@ -234,7 +195,7 @@ impl Device for IsolateDevice {
             unsafe { host_memory::copy(dst, src, size) };
             return Ok(());
         }
-        self.call(&Request::Copy { device: self.index, dst: dst as u64, src: src as u64, len: size as u64 }).map(|_| ())
+        self.copy_request(dst, src, size)
     }
 
     unsafe fn launch(&self, kernel: KernelId, args: &[usize], config: &LaunchConfig) -> Result<()> {

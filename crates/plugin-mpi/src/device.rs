@@ -4,7 +4,7 @@
 
 use crate::link::{Link, Rank};
 use omp_plugin::{AllocKind, Device, GlobalSymbol, ImageId, KernelId, LaunchConfig, PluginError, Result};
-use omp_worker::{CallError, Request, Response};
+use omp_worker::{with_launch_request, CallError, Request, RequestPeer, Response};
 use std::ffi::CStr;
 use std::sync::Arc;
 
@@ -26,18 +26,20 @@ impl MpiDevice {
             )),
         }
     }
+}
 
-    fn call(&self, req: &Request) -> Result<Response> {
+impl RequestPeer for MpiDevice {
+    fn device_index(&self) -> u32 {
+        self.index
+    }
+
+    fn peer_name(&self) -> &str {
+        "an MPI device rank"
+    }
+
+    fn request(&self, req: &Request) -> Result<Response> {
         self.link.call(self.rank.rank, req).map_err(|e| self.error(e))
     }
-}
-
-fn unexpected(r: Response) -> PluginError {
-    PluginError::failed(format!("unexpected reply from an MPI device rank: {r:?}"))
-}
-
-fn name_of(name: &CStr) -> Result<&str> {
-    name.to_str().map_err(|_| PluginError::failed(format!("symbol name {name:?} is not UTF-8")))
 }
 
 impl Device for MpiDevice {
@@ -48,40 +50,24 @@ impl Device for MpiDevice {
                 image.len()
             )));
         }
-        match self.call(&Request::Load { device: self.index, image })? {
-            Response::Image(i) => Ok(ImageId(i as usize)),
-            r => Err(unexpected(r)),
-        }
+        self.load_request(image)
     }
 
     fn kernel(&self, image: ImageId, name: &CStr) -> Result<KernelId> {
-        match self.call(&Request::Kernel { device: self.index, image: image.0 as u64, name: name_of(name)? })? {
-            Response::Kernel(k) => Ok(KernelId::new(k as usize)),
-            r => Err(unexpected(r)),
-        }
+        self.kernel_request(image, name)
     }
 
     fn global(&self, image: ImageId, name: &CStr) -> Result<GlobalSymbol> {
-        match self.call(&Request::Global { device: self.index, image: image.0 as u64, name: name_of(name)? })? {
-            Response::Global { addr, size } => Ok(GlobalSymbol { addr: addr as usize, size: size as usize }),
-            r => Err(unexpected(r)),
-        }
+        self.global_request(image, name)
     }
 
+    /// Every kind is the rank's memory: no kernel there reaches the program's.
     fn alloc(&self, size: usize, _kind: AllocKind) -> Result<usize> {
-        // Every kind is the rank's memory: no kernel there reaches the program's.
-        match self.call(&Request::Alloc { device: self.index, size: size as u64 }) {
-            Ok(Response::Addr(a)) => Ok(a as usize),
-            Ok(r) => Err(unexpected(r)),
-            Err(e) if e.kind == omp_plugin::ErrorKind::Failed && e.reason.contains("out of memory") => {
-                Err(PluginError::out_of_memory(e.reason))
-            }
-            Err(e) => Err(e),
-        }
+        self.alloc_request(size)
     }
 
     fn free(&self, ptr: usize, _kind: AllocKind) -> Result<()> {
-        self.call(&Request::Free { device: self.index, addr: ptr as u64 }).map(|_| ())
+        self.free_request(ptr)
     }
 
     unsafe fn submit(&self, tgt: usize, host: usize, size: usize) -> Result<()> {
@@ -102,23 +88,11 @@ impl Device for MpiDevice {
     }
 
     unsafe fn copy_within(&self, dst: usize, src: usize, size: usize) -> Result<()> {
-        self.call(&Request::Copy { device: self.index, dst: dst as u64, src: src as u64, len: size as u64 }).map(|_| ())
+        self.copy_request(dst, src, size)
     }
 
     unsafe fn launch(&self, kernel: KernelId, args: &[usize], config: &LaunchConfig) -> Result<()> {
-        let args: Vec<u64> = args.iter().map(|a| *a as u64).collect();
-        // What the program printed so far goes out before what the kernel prints.
-        // SAFETY: fflush(NULL) flushes every open output stream; it takes no pointer of ours.
-        unsafe { libc::fflush(std::ptr::null_mut()) };
-        let req = Request::Launch {
-            device: self.index,
-            kernel: kernel.raw() as u64,
-            with_dyn_ptr: config.with_dyn_ptr,
-            num_teams: config.num_teams[0],
-            thread_limit: config.thread_limit[0],
-            args: &args,
-        };
-        self.call(&req).map(|_| ())
+        with_launch_request(self.index, kernel, args, config, |req| self.request(req)).map(|_| ())
     }
 
     fn info(&self) -> Vec<(String, String)> {

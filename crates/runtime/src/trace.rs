@@ -299,21 +299,30 @@ pub enum End {
     Exit,
 }
 
-/// What an observer may ask while it hears an event.
+/// What an observer may ask while it hears an event: the construct the event belongs to
+/// (taken when the event is emitted, on the thread that emits it) and device memory.
 pub struct EventCx<'a> {
     rt: &'a Runtime,
+    /// `(target id, return address)` of the construct, or zeros outside constructs.
+    construct: (u64, usize),
 }
 
 impl<'a> EventCx<'a> {
     pub(crate) fn new(rt: &'a Runtime) -> Self {
-        Self { rt }
+        Self { rt, construct: current() }
     }
 
     /// The construct the event belongs to: the `target_id` of its [`Event::Construct`]
     /// (its [`Event::Arguments`] come after the id is made, just before the begin event),
     /// or 0 outside constructs.
     pub fn construct(&self) -> u64 {
-        current().0
+        self.construct.0
+    }
+
+    /// Where the program entered the construct the event belongs to (the return address of
+    /// its runtime call, OMPT's `codeptr_ra`), or 0 outside constructs.
+    pub fn codeptr(&self) -> usize {
+        self.construct.1
     }
 
     /// Device `device`'s bytes `[addr, addr+len)`, copied through the device layer with no
@@ -483,6 +492,8 @@ pub(crate) fn leave_construct(prev: (u64, usize)) {
     CURRENT.with(|c| c.set(prev));
 }
 
+/// The construct this thread is running: `(target id, return address)`. Observers have it
+/// from each event's [`EventCx`]; a device decorator (the checker's) reads it here.
 pub fn current() -> (u64, usize) {
     CURRENT.with(|c| c.get())
 }

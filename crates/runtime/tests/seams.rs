@@ -146,6 +146,48 @@ fn a_construct_reports_its_mapping_decisions_in_order() {
     assert_eq!(got, want);
 }
 
+/// What an observer heard: the event, the target id it names (begin events), and the
+/// construct and return address its context gives.
+type Heard = Vec<(&'static str, u64, u64, usize)>;
+
+struct Contexts(Arc<Mutex<Heard>>);
+
+impl Observer for Contexts {
+    fn interest(&self) -> Interest {
+        Interest { kinds: Kinds::ALL, ..Interest::NONE }
+    }
+
+    fn event(&self, ev: &Event, cx: &EventCx) {
+        let (name, id) = match *ev {
+            Event::Construct { begin: true, target_id, .. } => ("begin", target_id),
+            Event::Transfer { done: None, .. } => ("transfer", 0),
+            Event::MappingTables { .. } => ("tables", 0),
+            _ => return,
+        };
+        self.0.lock().unwrap().push((name, id, cx.construct(), cx.codeptr()));
+    }
+}
+
+/// Each event's context names the construct it belongs to and where the program entered it
+/// (what OMPT's data-op and submit callbacks report); after the construct, nothing.
+#[test]
+fn an_events_context_names_its_construct_and_the_programs_return_address() {
+    let (rt, _dev) = runtime(Config::default());
+    let heard = Arc::new(Mutex::new(Heard::new()));
+    rt.set_observers(vec![Box::new(Contexts(heard.clone()))]);
+    omp_runtime::trace::set_return_address(0x4000_1234);
+    let data = [1u32; 16];
+    let p = data.as_ptr() as usize;
+    let (mut bases, begins, sizes, types) = (vec![p], vec![p], vec![64i64], vec![TO]);
+    // SAFETY: `data` is this test's, 64 bytes, alive through the construct.
+    let mut args = unsafe { MapArgs::new(&mut bases, &begins, &sizes, &types, None, None) };
+    rt.data_directive(Loc::NONE, 0, &mut args, omp_runtime::data::Directive::Begin, false);
+    let heard = heard.lock().unwrap().clone();
+    let id = heard[0].1;
+    assert_ne!(id, 0);
+    assert_eq!(heard, [("begin", id, id, 0x4000_1234), ("transfer", 0, id, 0x4000_1234), ("tables", 0, 0, 0)]);
+}
+
 #[test]
 fn a_lost_device_is_reported_once_and_not_used_again() {
     let (rt, dev) = runtime(Config::default());

@@ -21,4 +21,4 @@ pub mod serve;
 pub mod sys;
 pub mod wire;
 
-pub use client::{CallError, Request, Response, SpawnOptions, Worker};
+pub use client::{symbol_name, with_launch_request, CallError, Request, RequestPeer, Response, SpawnOptions, Worker};

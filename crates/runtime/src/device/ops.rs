@@ -102,12 +102,14 @@ pub(crate) struct Allocation {
 impl DeviceCtx {
     /// The bookkeeping of a failed backend call: a lost device is marked lost (the first
     /// failure that says so is the one that reports it).
+    #[cold]
     fn failed(&self, source: PluginError, op: DeviceOp) -> DeviceError {
         let newly_lost = source.is_lost() && self.lost.set(source.reason.clone()).is_ok();
         crate::debug!("omptarget", "device {}: plugin call failed while {op}: {source}", self.id);
         DeviceError { op, source, device: self.id, newly_lost }
     }
 
+    #[inline]
     fn check<T>(&self, r: omp_plugin::Result<T>, op: DeviceOp) -> Result<T, DeviceError> {
         r.map_err(|e| self.failed(e, op))
     }
@@ -182,10 +184,12 @@ impl DeviceCtx {
         freed
     }
 
-    /// Host→device copy, announced and reported as a `Transfer` of mapping `name`.
+    /// Host→device copy, announced and reported as a `Transfer` of mapping `name`. With no
+    /// observer it is the backend's call alone (see [`DeviceCtx::launch`]).
     ///
     /// # Safety
     /// `[host, host+size)` must be readable program memory for the duration of the call.
+    #[inline]
     pub(crate) unsafe fn submit_traced(
         &self,
         rt: &Runtime,
@@ -194,16 +198,22 @@ impl DeviceCtx {
         size: usize,
         name: MapName,
     ) -> Result<(), DeviceError> {
+        if !rt.observing() {
+            // SAFETY: the caller's promise.
+            return self.check(unsafe { self.backend.submit(tgt, host, size) }, DeviceOp::Submit);
+        }
         self.transfer(rt, Direction::ToDevice, host, tgt, size, name, || {
             // SAFETY: the caller's promise.
             unsafe { self.submit(tgt, host, size) }
         })
     }
 
-    /// Device→host copy, announced and reported as a `Transfer` of mapping `name`.
+    /// Device→host copy, announced and reported as a `Transfer` of mapping `name`. With no
+    /// observer it is the backend's call alone (see [`DeviceCtx::launch`]).
     ///
     /// # Safety
     /// `[host, host+size)` must be writable program memory for the duration of the call.
+    #[inline]
     pub(crate) unsafe fn retrieve_traced(
         &self,
         rt: &Runtime,
@@ -212,6 +222,10 @@ impl DeviceCtx {
         size: usize,
         name: MapName,
     ) -> Result<(), DeviceError> {
+        if !rt.observing() {
+            // SAFETY: the caller's promise.
+            return self.check(unsafe { self.backend.retrieve(host, tgt, size) }, DeviceOp::Retrieve);
+        }
         self.transfer(rt, Direction::FromDevice, host, tgt, size, name, || {
             // SAFETY: the caller's promise.
             unsafe { self.retrieve(host, tgt, size) }
@@ -230,15 +244,24 @@ impl DeviceCtx {
         name: MapName,
         copy: impl FnOnce() -> R,
     ) -> R {
-        if !rt.observing() {
-            return copy();
-        }
-        let ev = |done| Event::Transfer { device: self.id, dir, host, tgt, bytes, name, done };
-        rt.emit(&ev(None));
+        self.observed(rt, |done| Event::Transfer { device: self.id, dir, host, tgt, bytes, name, done }, copy)
+    }
+
+    /// An operation someone observes: between the event that announces it and the one that
+    /// reports it done with its interval (when an observer reads intervals). Out of line: the
+    /// unobserved paths that call it stay small.
+    #[inline(never)]
+    fn observed<'e, R>(
+        &self,
+        rt: &Runtime,
+        event: impl Fn(Option<Interval>) -> Event<'e>,
+        op: impl FnOnce() -> R,
+    ) -> R {
+        rt.emit(&event(None));
         let start = rt.start_timer();
-        let r = copy();
+        let r = op();
         if let Some(t) = Runtime::stop_timer(start) {
-            rt.emit(&ev(Some(self.measured(t))));
+            rt.emit(&event(Some(self.measured(t))));
         }
         r
     }
@@ -352,9 +375,14 @@ impl DeviceCtx {
     /// its interval). The caller names the kernel and its place in the lost-device line
     /// ([`DeviceError::write_lost`]).
     ///
+    /// With no observer (the usual case) this is the backend's call and nothing else: one
+    /// relaxed load decides it, no event is built, no timer read, and the debug trace needs
+    /// no check of its own (it is an observer, so it is off).
+    ///
     /// # Safety
     /// As [`omp_plugin::Device::launch`]: `kernel` is this device's and `args` are what the
     /// kernel expects (device addresses of this device, or literals).
+    #[inline]
     pub(crate) unsafe fn launch<'e>(
         &self,
         rt: &Runtime,
@@ -363,21 +391,21 @@ impl DeviceCtx {
         config: &LaunchConfig,
         event: impl Fn(Option<Interval>) -> Event<'e>,
     ) -> Result<(), DeviceError> {
-        if rt.observing() {
-            rt.emit(&event(None));
+        if !rt.observing() {
+            // SAFETY: the caller's promise, passed on.
+            return self.check(unsafe { self.backend.launch(kernel, args, config) }, DeviceOp::Launch);
         }
-        let start = rt.start_timer();
-        // SAFETY: the caller's promise, passed on.
-        let launched = unsafe { self.backend.launch(kernel, args, config) };
-        crate::debug!(
-            "omptarget",
-            "device {}: plugin launch({kernel:?}, {} arguments) -> {launched:?}",
-            self.id,
-            args.len()
-        );
-        if let Some(t) = Runtime::stop_timer(start) {
-            rt.emit(&event(Some(self.measured(t))));
-        }
+        let launched = self.observed(rt, event, || {
+            // SAFETY: the caller's promise, passed on.
+            let launched = unsafe { self.backend.launch(kernel, args, config) };
+            crate::debug!(
+                "omptarget",
+                "device {}: plugin launch({kernel:?}, {} arguments) -> {launched:?}",
+                self.id,
+                args.len()
+            );
+            launched
+        });
         self.check(launched, DeviceOp::Launch)
     }
 

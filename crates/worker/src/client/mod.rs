@@ -9,9 +9,11 @@
 //! (unknown id, unknown status, wrong length) means the worker can no longer be trusted: it
 //! is killed and every call fails with [`CallError::Died`].
 
+mod device;
 mod messages;
 mod reader;
 
+pub use device::{symbol_name, with_launch_request, RequestPeer};
 pub use messages::{decode, CallError, Expect, Request, Response, RELAY_CHUNK};
 pub use reader::{Done, OnExit, OnOutput};
 
