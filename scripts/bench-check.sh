@@ -2,17 +2,19 @@
 # The mapping checker's cost (LIBOMPTARGET_CHECK), same binaries, same run, as ratios to the
 # isolated device without it: BabelStream-like loops (large arrays mapped once, five kernels
 # an iteration; goal <= 2x) and the small-map launch benchmark (an empty target region and a
-# small tofrom map). Needs `make dist`. Usage: scripts/bench-check.sh [elements] [iterations]
+# small tofrom map). Needs `make dist` (or OMP_CHECK_DIST=another/dist). Usage:
+# scripts/bench-check.sh [elements] [iterations]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${1:-16777216}
 ITERS=${2:-10}
+DIST=${OMP_CHECK_DIST:-dist}
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
 clang-22 -fopenmp -fopenmp-targets=x86_64-pc-linux-gnu -O2 -L.deps/lib22 benches/check/stream.c -o "$OUT/stream"
 clang-22 -fopenmp -fopenmp-targets=x86_64-pc-linux-gnu -O2 -L.deps/lib22 tests/programs/remote/bench_remote.c -o "$OUT/launch"
 field() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p"; }
-run() { LD_LIBRARY_PATH=dist/lib OMP_DEFAULT_DEVICE=0 "$@"; }
+run() { LD_LIBRARY_PATH="$DIST/lib" OMP_DEFAULT_DEVICE=0 "$@"; }
 ISO=$(run env LIBOMPTARGET_ISOLATE=1 "$OUT/stream" "$N" "$ITERS" | field iteration_ms)
 BUGS=$(run env LIBOMPTARGET_CHECK=bugs "$OUT/stream" "$N" "$ITERS" | field iteration_ms)
 ALL=$(run env LIBOMPTARGET_CHECK=1 "$OUT/stream" "$N" "$ITERS" 2>/dev/null | field iteration_ms)
