@@ -240,8 +240,17 @@ impl Entry {
             return out;
         }
         let ranges = self.synced_within(0, self.size);
-        // Per page: its index and the (up to 8-byte) head and tail of its synced bytes.
-        let mut spans: Vec<(usize, Span, Span)> = Vec::new();
+        // A head or tail of 8 bytes is read as one word, with no call per comparison. What
+        // remains is the page walk to each page of the program's and of the record (a
+        // translation miss a page: 4 KiB pages), most of the checker's cost on large mappings.
+        let differs = |a: usize, b: usize| {
+            let Ok(was) = <[u8; 8]>::try_from(&self.snapshot[a..b]) else {
+                return !self.host_equals(a, &self.snapshot[a..b]);
+            };
+            let mut host = [0u8; 8];
+            self.copy_host(a, &mut host);
+            host != was
+        };
         let mut r = 0;
         for i in 0..self.init.len() {
             let (s, e) = self.page_span(i);
@@ -256,25 +265,6 @@ impl Entry {
             let (first, last) = ((a0.max(s), b0.min(e)), (ranges[k].0.max(s), ranges[k].1.min(e)));
             let head = (first.0, first.1.min(first.0 + 8));
             let tail = (last.1.saturating_sub(8).max(last.0), last.1);
-            spans.push((i, head, tail));
-        }
-        // Each comparison reads a cache line of the program's memory and one of the record
-        // that no cache holds (one page apart, and every kernel goes through them all): they
-        // are asked for some pages ahead, so that many are on their way at once, and a head
-        // is read as one word, with no call per comparison.
-        let differs = |a: usize, b: usize| {
-            let Ok(was) = <[u8; 8]>::try_from(&self.snapshot[a..b]) else {
-                return !self.host_equals(a, &self.snapshot[a..b]);
-            };
-            let mut host = [0u8; 8];
-            self.copy_host(a, &mut host);
-            host != was
-        };
-        for (n, &(i, head, tail)) in spans.iter().enumerate() {
-            if let Some(&(_, (ahead, _), _)) = spans.get(n + PREFETCH_PAGES) {
-                prefetch(self.begin + ahead);
-                prefetch(self.snapshot.as_ptr() as usize + ahead);
-            }
             if differs(head.0, head.1) && differs(tail.0, tail.1) {
                 out.push(i);
             }
@@ -332,25 +322,6 @@ impl Entry {
         }
         self.host_equals(s, &self.snapshot[s..e]) && device.is_none_or(|d| d == &self.snapshot[s..e])
     }
-}
-
-/// Host offsets `[s, e)`.
-type Span = (usize, usize);
-
-/// How many pages ahead [`Entry::host_changed_pages`] asks for the bytes it compares.
-const PREFETCH_PAGES: usize = 16;
-
-/// Asks the processor to bring the cache line at `addr` in: a hint, which reads nothing into
-/// the program and never faults (an address that is not mapped is ignored).
-fn prefetch(addr: usize) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: `prefetcht0` (SSE, part of every x86_64 processor) only hints the cache: it
-    // never faults, whatever the address, and changes no memory.
-    unsafe {
-        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(addr as *const i8)
-    };
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = addr;
 }
 
 /// Pages spanned by `[tgt, tgt+size)`.
