@@ -9,6 +9,12 @@
 //! come soon after the look gave up (launches in a loop, which then never sleep), and
 //! shrinks while they come much later (long kernels, an idle program), so that an idle
 //! program uses no CPU.
+//!
+//! Yielding is only cheap while nothing else wants the CPU but the other side: with a busy
+//! process on the same CPU, one yield hands it a whole time slice (milliseconds), where a
+//! blocked reader would have been woken ahead of it. A yield that took that long ends the
+//! look, and the next looks are skipped (blocking at once, as without looking) for a number
+//! of waits that doubles each time it happens again, up to [`MOST_SKIPPED`].
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
@@ -18,34 +24,67 @@ const MOST_US: u32 = 100;
 /// The shortest look: a wait that keeps missing still looks this long.
 const LEAST_US: u32 = 4;
 
+/// A yield that took longer than this gave the CPU to someone else's time slice.
+const YIELD_LOST_US: u64 = 200;
+/// The most waits skipped without looking after yields were lost.
+const MOST_SKIPPED: u32 = 1 << 12;
+
+/// How one look ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Look {
+    /// The frame (or the end) is there.
+    Ready,
+    /// Nothing came within the budget.
+    GaveUp,
+    /// Not looked, or the look ended on a lost yield: the CPU is contended.
+    Contended,
+}
+
 /// How long one side looks before it blocks, learnt from its past waits.
 pub struct SpinWait {
     budget_us: AtomicU32,
+    /// Waits left to block at once, without looking.
+    skip: AtomicU32,
+    /// How many waits the next lost yield skips.
+    backoff: AtomicU32,
 }
 
 impl Default for SpinWait {
     fn default() -> Self {
-        SpinWait { budget_us: AtomicU32::new(MOST_US / 2) }
+        SpinWait { budget_us: AtomicU32::new(MOST_US / 2), skip: AtomicU32::new(0), backoff: AtomicU32::new(1) }
     }
 }
 
 impl SpinWait {
-    /// Whether `fd` becomes readable (data, or its end) within the current budget, looking
-    /// without blocking. When it does not, the caller blocks, and tells [`SpinWait::blocked`]
-    /// how long that took.
-    pub fn look(&self, fd: i32) -> bool {
+    /// Looks, without blocking, whether `fd` becomes readable (data, or its end) within the
+    /// current budget. After [`Look::GaveUp`] the caller blocks and tells
+    /// [`SpinWait::blocked`] how long that took.
+    pub fn look(&self, fd: i32) -> Look {
+        let skip = self.skip.load(Ordering::Relaxed);
+        if skip > 0 {
+            self.skip.store(skip - 1, Ordering::Relaxed);
+            return Look::Contended;
+        }
         let budget = Duration::from_micros(u64::from(self.budget_us.load(Ordering::Relaxed)));
         let start = Instant::now();
         loop {
             if readable_now(fd) {
-                return true;
+                self.backoff.store(1, Ordering::Relaxed);
+                return Look::Ready;
             }
             if start.elapsed() >= budget {
-                return false;
+                return Look::GaveUp;
             }
+            let before = Instant::now();
             // SAFETY: sched_yield has no preconditions; it lets a thread of the other side
             // (or anyone else) run on this CPU if one is waiting for it.
             unsafe { libc::sched_yield() };
+            if before.elapsed() > Duration::from_micros(YIELD_LOST_US) {
+                let backoff = self.backoff.load(Ordering::Relaxed);
+                self.skip.store(backoff, Ordering::Relaxed);
+                self.backoff.store((backoff * 2).min(MOST_SKIPPED), Ordering::Relaxed);
+                return Look::Contended;
+            }
         }
     }
 
@@ -65,7 +104,7 @@ impl SpinWait {
     /// Looks, and when the look gives up, blocks until `fd` is readable (or `block` returns),
     /// adapting the budget to how long that took. `block` does the blocking read itself.
     pub fn wait<T>(&self, fd: i32, block: impl FnOnce() -> T) -> T {
-        if self.look(fd) {
+        if self.look(fd) != Look::GaveUp {
             return block();
         }
         let start = Instant::now();
@@ -78,6 +117,14 @@ impl SpinWait {
     #[cfg(test)]
     fn budget_us(&self) -> u32 {
         self.budget_us.load(Ordering::Relaxed)
+    }
+
+    /// A lost yield, as [`SpinWait::look`] meets it (tests).
+    #[cfg(test)]
+    fn lost_a_yield(&self) {
+        let backoff = self.backoff.load(Ordering::Relaxed);
+        self.skip.store(backoff, Ordering::Relaxed);
+        self.backoff.store((backoff * 2).min(MOST_SKIPPED), Ordering::Relaxed);
     }
 }
 
@@ -99,17 +146,21 @@ mod tests {
         let (r, mut w) = std::os::unix::net::UnixStream::pair().unwrap();
         let spin = SpinWait::default();
         let start = Instant::now();
-        assert!(!spin.look(r.as_raw_fd()), "nothing was written");
+        let look = spin.look(r.as_raw_fd());
         let took = start.elapsed();
+        if look == Look::Contended {
+            return; // a loaded machine took the CPU during a yield: nothing to measure here
+        }
+        assert_eq!(look, Look::GaveUp, "nothing was written");
         assert!(took >= Duration::from_micros(u64::from(MOST_US / 2)), "it looked for its budget: {took:?}");
         assert!(took < Duration::from_secs(1), "and then gave up: {took:?}");
         w.write_all(b"x").unwrap();
-        assert!(spin.look(r.as_raw_fd()), "a written byte is seen");
+        assert_eq!(spin.look(r.as_raw_fd()), Look::Ready, "a written byte is seen");
         drop(w);
         let mut b = [0u8; 1];
         use std::io::Read;
         (&r).read_exact(&mut b).unwrap();
-        assert!(spin.look(r.as_raw_fd()), "the end of the stream is seen");
+        assert_eq!(spin.look(r.as_raw_fd()), Look::Ready, "the end of the stream is seen");
     }
 
     #[test]
@@ -123,6 +174,25 @@ mod tests {
             spin.blocked(Duration::from_millis(5));
         }
         assert_eq!(spin.budget_us(), LEAST_US, "long waits shrink it to the least, never to nothing");
+    }
+
+    #[test]
+    fn after_a_lost_yield_looks_are_skipped_for_twice_as_many_waits_each_time() {
+        let (r, mut w) = std::os::unix::net::UnixStream::pair().unwrap();
+        w.write_all(b"x").unwrap();
+        let spin = SpinWait::default();
+        spin.lost_a_yield();
+        assert_eq!(spin.look(r.as_raw_fd()), Look::Contended, "one wait blocks at once");
+        assert_eq!(spin.look(r.as_raw_fd()), Look::Ready, "then it looks again");
+        spin.lost_a_yield();
+        spin.lost_a_yield();
+        let skipped = std::iter::repeat_with(|| spin.look(r.as_raw_fd())).take_while(|l| *l == Look::Contended);
+        assert_eq!(skipped.count(), 2, "a second loss in a row skips two");
+        for _ in 0..20 {
+            spin.lost_a_yield();
+        }
+        let skipped = std::iter::repeat_with(|| spin.look(r.as_raw_fd())).take_while(|l| *l == Look::Contended);
+        assert_eq!(skipped.count(), MOST_SKIPPED as usize, "never more than the bound");
     }
 
     #[test]
