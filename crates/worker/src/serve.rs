@@ -7,13 +7,14 @@
 //! it while another thread takes over reading, so a long kernel never holds up allocations
 //! or copies.
 
+use crate::spin::SpinWait;
 use crate::wire::{self, Dec, Enc};
 use omp_plugin::{AllocKind, Device, ImageId, KernelId, LaunchConfig, Plugin};
 use omp_sync::Mutex;
 use std::ffi::CString;
 use std::fs::File;
 use std::io::{BufReader, BufWriter};
-use std::os::fd::FromRawFd;
+use std::os::fd::{AsRawFd, FromRawFd};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
@@ -74,6 +75,7 @@ pub fn main_around_launches(plugin: &dyn Plugin, devices: usize, parent: i32, ar
     }
     let shared = Arc::new(Shared {
         input: Mutex::new(BufReader::with_capacity(1 << 20, input)),
+        spin: SpinWait::default(),
         waiting: AtomicUsize::new(0),
         bell: doorbell(),
         at_bell: AtomicUsize::new(0),
@@ -134,6 +136,9 @@ fn kernel_thread() -> std::thread::Builder {
 /// launch costs no thread hand-off and a long kernel never holds up the requests behind it.
 struct Shared {
     input: Mutex<BufReader<File>>,
+    /// How long the reader looks for the next request before it blocks (a launch in a loop
+    /// then finds the worker awake).
+    spin: SpinWait,
     /// Threads waiting to read (or about to).
     waiting: AtomicUsize,
     /// The parent's doorbell ([`crate::wire::DOORBELL_FD`]), when it gave one: a byte for
@@ -155,7 +160,14 @@ fn serve(shared: &Arc<Shared>) -> i32 {
     loop {
         let mut input = take_input(shared);
         let frame = loop {
-            let frame = match wire::read_frame(&mut *input, wire::MAX_REQUEST_FRAME) {
+            let read = |input: &mut BufReader<File>| wire::read_frame(input, wire::MAX_REQUEST_FRAME);
+            let next = if input.buffer().is_empty() {
+                let fd = input.get_ref().as_raw_fd();
+                shared.spin.wait(fd, || read(&mut input))
+            } else {
+                read(&mut input)
+            };
+            let frame = match next {
                 Ok(Some(f)) => f,
                 // The parent closed the pipe (or broke it): the session is over.
                 Ok(None) => std::process::exit(0),
@@ -438,7 +450,6 @@ fn private_stdin() -> std::io::Result<File> {
     // SAFETY: `fd` is a fresh descriptor that nothing else owns.
     let input = unsafe { File::from_raw_fd(fd) };
     let null = File::open("/dev/null")?;
-    use std::os::fd::AsRawFd;
     // SAFETY: dup2 replaces our own fd 0 with a descriptor we own.
     if unsafe { libc::dup2(null.as_raw_fd(), 0) } < 0 {
         return Err(std::io::Error::last_os_error());
@@ -477,7 +488,6 @@ impl Capture {
             // SAFETY: both descriptors are fresh and owned here from now on.
             let (r, w) = unsafe { (File::from_raw_fd(p[0]), File::from_raw_fd(p[1])) };
             // The write end must block (a kernel's printf waits for room, never fails).
-            use std::os::fd::AsRawFd;
             // SAFETY: fcntl on a descriptor we own; dup2 replaces our own fd 1 or 2.
             unsafe {
                 let flags = libc::fcntl(w.as_raw_fd(), libc::F_GETFL);
@@ -499,7 +509,6 @@ impl Capture {
 
     /// Waits for output and forwards it, for output written while no reply is due.
     fn forward(&self) {
-        use std::os::fd::AsRawFd;
         let fds: Vec<i32> = self.ends.lock().iter().map(|(f, _)| f.as_raw_fd()).collect();
         loop {
             let mut polls: Vec<libc::pollfd> =
@@ -516,7 +525,6 @@ impl Capture {
     /// Sends everything the pipes hold now as output frames.
     fn drain(&self) {
         use std::io::Read;
-        use std::os::fd::AsRawFd;
         let mut ends = self.ends.lock();
         // One system call when there is nothing (the common case before a reply).
         let mut polls = [0, 1].map(|i| libc::pollfd { fd: ends[i].0.as_raw_fd(), events: libc::POLLIN, revents: 0 });

@@ -17,6 +17,7 @@ pub use device::{symbol_name, with_launch_request, RequestPeer};
 pub use messages::{decode, CallError, Expect, Request, Response, RELAY_CHUNK};
 pub use reader::{Done, OnExit, OnOutput};
 
+use crate::spin::SpinWait;
 use crate::{sys, wire};
 use omp_sync::{Mutex, Signal};
 use reader::{lock, proc_comm, Pending, Rx, Shared, Slot};
@@ -147,6 +148,7 @@ impl Worker {
             callers: AtomicUsize::new(0),
             idle: Mutex::new(()),
             idle_signal: Signal::new(),
+            spin: SpinWait::default(),
         });
         let s = shared.clone();
         let reader = std::thread::Builder::new().name(format!("worker-{pid}")).spawn(move || s.background());

@@ -3,6 +3,7 @@
 //! worker's end (reaped, described, every pending call failed).
 
 use super::messages::{decode, CallError, Expect, Response};
+use crate::spin::SpinWait;
 use crate::{sys, wire};
 use omp_sync::{Mutex, MutexGuard, Signal};
 use std::collections::HashMap;
@@ -49,6 +50,8 @@ pub(super) struct Shared {
     /// Wakes the background reader when the last caller leaves with replies still due.
     pub(super) idle: Mutex<()>,
     pub(super) idle_signal: Signal,
+    /// How long a caller with the reader role looks for its reply before it blocks.
+    pub(super) spin: SpinWait,
 }
 
 /// The reader role's state.
@@ -210,7 +213,14 @@ impl Shared {
             if let Some(mut rx) = self.rx.try_lock() {
                 self.unregister(slot);
                 while !rx.ended && !slot.done() {
-                    self.read_one(&mut rx);
+                    if whole_frame(rx.r.buffer()) {
+                        self.read_one(&mut rx);
+                    } else {
+                        // The reply of a short request comes within microseconds: look for
+                        // it before sleeping (a sleep's wake-up costs more than the request).
+                        let fd = rx.fd;
+                        self.spin.wait(fd, || self.read_one(&mut rx));
+                    }
                 }
                 self.read_buffered(&mut rx);
                 let ended = rx.ended;

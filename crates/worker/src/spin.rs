@@ -1,0 +1,224 @@
+//! Waiting for the other side's next frame without falling asleep at once.
+//!
+//! A blocked reader is woken by the writer's system call, and on a virtual machine whose
+//! CPU went idle meanwhile that wake-up costs tens of microseconds (the host must run the
+//! halted virtual CPU again): an empty kernel's round trip was two of them. So each side,
+//! before it blocks on the pipe, looks for a while whether the next frame is already there,
+//! yielding the CPU between looks so that on a machine with fewer cores than busy threads
+//! the side it waits for still runs. The while is bounded and adapts: it grows while frames
+//! come soon after the look gave up (launches in a loop, which then never sleep), and
+//! shrinks while they come much later (long kernels, an idle program), so that an idle
+//! program uses no CPU.
+//!
+//! Yielding is only cheap while nothing else wants the CPU but the other side: with a busy
+//! process on the same CPU, one yield hands it a whole time slice (milliseconds), where a
+//! blocked reader would have been woken ahead of it. A yield that took that long ends the
+//! look, and the next looks are skipped (blocking at once, as without looking) for a number
+//! of waits that doubles each time it happens again, up to [`MOST_SKIPPED`].
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+/// The longest look, in microseconds (about two wake-ups of an idle virtual CPU).
+const MOST_US: u32 = 100;
+/// The shortest look: a wait that keeps missing still looks this long.
+const LEAST_US: u32 = 4;
+
+/// A yield that took longer than this gave the CPU to someone else's time slice.
+const YIELD_LOST_US: u64 = 50;
+/// The most waits skipped without looking after yields were lost.
+const MOST_SKIPPED: u32 = 1 << 12;
+
+/// How one look ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Look {
+    /// The frame (or the end) is there.
+    Ready,
+    /// Nothing came within the budget.
+    GaveUp,
+    /// Not looked, or the look ended on a lost yield: the CPU is contended.
+    Contended,
+}
+
+/// How long one side looks before it blocks, learnt from its past waits.
+pub struct SpinWait {
+    budget_us: AtomicU32,
+    /// Waits left to block at once, without looking.
+    skip: AtomicU32,
+    /// How many waits the next lost yield skips.
+    backoff: AtomicU32,
+}
+
+impl Default for SpinWait {
+    fn default() -> Self {
+        SpinWait { budget_us: AtomicU32::new(MOST_US / 2), skip: AtomicU32::new(0), backoff: AtomicU32::new(1) }
+    }
+}
+
+impl SpinWait {
+    /// Looks, without blocking, whether `fd` becomes readable (data, or its end) within the
+    /// current budget. After [`Look::GaveUp`] the caller blocks and tells
+    /// [`SpinWait::blocked`] how long that took.
+    pub fn look(&self, fd: i32) -> Look {
+        let skip = self.skip.load(Ordering::Relaxed);
+        if skip > 0 {
+            self.skip.store(skip - 1, Ordering::Relaxed);
+            return Look::Contended;
+        }
+        let budget = Duration::from_micros(u64::from(self.budget_us.load(Ordering::Relaxed)));
+        let start = Instant::now();
+        let mut yielded = false;
+        loop {
+            if readable_now(fd) {
+                if yielded {
+                    // Looking helped: the skips after a lost yield shrink again, slowly (a
+                    // frame that was there at once says nothing of what yielding costs).
+                    let backoff = self.backoff.load(Ordering::Relaxed);
+                    self.backoff.store((backoff / 2).max(1), Ordering::Relaxed);
+                }
+                return Look::Ready;
+            }
+            if start.elapsed() >= budget {
+                return Look::GaveUp;
+            }
+            let before = Instant::now();
+            // SAFETY: sched_yield has no preconditions; it lets a thread of the other side
+            // (or anyone else) run on this CPU if one is waiting for it.
+            unsafe { libc::sched_yield() };
+            yielded = true;
+            if before.elapsed() > Duration::from_micros(YIELD_LOST_US) {
+                let backoff = self.backoff.load(Ordering::Relaxed);
+                self.skip.store(backoff, Ordering::Relaxed);
+                self.backoff.store((backoff * 2).min(MOST_SKIPPED), Ordering::Relaxed);
+                return Look::Contended;
+            }
+        }
+    }
+
+    /// After a look that gave up: the frame came `waited` after the caller blocked. A frame
+    /// that came soon after would have been caught by a longer look; one that came much
+    /// later (a long kernel, an idle program) means looking is wasted here.
+    pub fn blocked(&self, waited: Duration) {
+        let b = self.budget_us.load(Ordering::Relaxed);
+        let next = if waited <= Duration::from_micros(u64::from(MOST_US)) {
+            (b * 2).min(MOST_US)
+        } else {
+            (b / 2).max(LEAST_US)
+        };
+        self.budget_us.store(next, Ordering::Relaxed);
+    }
+
+    /// Looks, and when the look gives up, blocks until `fd` is readable (or `block` returns),
+    /// adapting the budget to how long that took. `block` does the blocking read itself.
+    pub fn wait<T>(&self, fd: i32, block: impl FnOnce() -> T) -> T {
+        if self.look(fd) != Look::GaveUp {
+            return block();
+        }
+        let start = Instant::now();
+        let r = block();
+        self.blocked(start.elapsed());
+        r
+    }
+
+    /// The current budget, in microseconds (tests).
+    #[cfg(test)]
+    fn budget_us(&self) -> u32 {
+        self.budget_us.load(Ordering::Relaxed)
+    }
+
+    /// A lost yield, as [`SpinWait::look`] meets it (tests).
+    #[cfg(test)]
+    fn lost_a_yield(&self) {
+        let backoff = self.backoff.load(Ordering::Relaxed);
+        self.skip.store(backoff, Ordering::Relaxed);
+        self.backoff.store((backoff * 2).min(MOST_SKIPPED), Ordering::Relaxed);
+    }
+}
+
+/// Whether `fd` has data or its end now (no waiting).
+fn readable_now(fd: i32) -> bool {
+    let mut p = libc::pollfd { fd, events: libc::POLLIN, revents: 0 };
+    // SAFETY: `p` is one valid pollfd for the call; a timeout of 0 never blocks.
+    unsafe { libc::poll(&mut p, 1, 0) > 0 }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::os::fd::AsRawFd;
+
+    #[test]
+    fn a_look_sees_what_is_there_and_gives_up_within_its_budget() {
+        let (r, mut w) = std::os::unix::net::UnixStream::pair().unwrap();
+        let spin = SpinWait::default();
+        let start = Instant::now();
+        let look = spin.look(r.as_raw_fd());
+        let took = start.elapsed();
+        if look == Look::Contended {
+            return; // a loaded machine took the CPU during a yield: nothing to measure here
+        }
+        assert_eq!(look, Look::GaveUp, "nothing was written");
+        assert!(took >= Duration::from_micros(u64::from(MOST_US / 2)), "it looked for its budget: {took:?}");
+        assert!(took < Duration::from_secs(1), "and then gave up: {took:?}");
+        w.write_all(b"x").unwrap();
+        assert_eq!(spin.look(r.as_raw_fd()), Look::Ready, "a written byte is seen");
+        drop(w);
+        let mut b = [0u8; 1];
+        use std::io::Read;
+        (&r).read_exact(&mut b).unwrap();
+        assert_eq!(spin.look(r.as_raw_fd()), Look::Ready, "the end of the stream is seen");
+    }
+
+    #[test]
+    fn the_budget_grows_after_near_misses_and_shrinks_after_long_waits() {
+        let spin = SpinWait::default();
+        spin.blocked(Duration::from_micros(10));
+        assert_eq!(spin.budget_us(), MOST_US, "a frame just after the look: look longer");
+        spin.blocked(Duration::from_micros(10));
+        assert_eq!(spin.budget_us(), MOST_US, "never past the bound");
+        for _ in 0..20 {
+            spin.blocked(Duration::from_millis(5));
+        }
+        assert_eq!(spin.budget_us(), LEAST_US, "long waits shrink it to the least, never to nothing");
+    }
+
+    #[test]
+    fn after_a_lost_yield_looks_are_skipped_for_twice_as_many_waits_each_time() {
+        let (r, mut w) = std::os::unix::net::UnixStream::pair().unwrap();
+        w.write_all(b"x").unwrap();
+        let spin = SpinWait::default();
+        spin.lost_a_yield();
+        assert_eq!(spin.look(r.as_raw_fd()), Look::Contended, "one wait blocks at once");
+        assert_eq!(spin.look(r.as_raw_fd()), Look::Ready, "then it looks again");
+        spin.lost_a_yield();
+        let skipped = std::iter::repeat_with(|| spin.look(r.as_raw_fd())).take_while(|l| *l == Look::Contended);
+        assert_eq!(skipped.count(), 2, "a frame there at once does not shrink the skips: the next loss skips two");
+        spin.lost_a_yield();
+        let skipped = std::iter::repeat_with(|| spin.look(r.as_raw_fd())).take_while(|l| *l == Look::Contended);
+        assert_eq!(skipped.count(), 4, "and the next four");
+        for _ in 0..20 {
+            spin.lost_a_yield();
+        }
+        let skipped = std::iter::repeat_with(|| spin.look(r.as_raw_fd())).take_while(|l| *l == Look::Contended);
+        assert_eq!(skipped.count(), MOST_SKIPPED as usize, "never more than the bound");
+    }
+
+    #[test]
+    fn wait_runs_the_blocking_read_either_way() {
+        let (r, mut w) = std::os::unix::net::UnixStream::pair().unwrap();
+        let spin = SpinWait::default();
+        let writer = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(200));
+            w.write_all(b"y").unwrap();
+        });
+        let got = spin.wait(r.as_raw_fd(), || {
+            let mut b = [0u8; 1];
+            use std::io::Read;
+            (&r).read_exact(&mut b).map(|()| b[0])
+        });
+        assert_eq!(got.unwrap(), b'y');
+        assert!(spin.budget_us() <= MOST_US / 2, "a 200 ms wait never grows the look");
+        writer.join().unwrap();
+    }
+}
