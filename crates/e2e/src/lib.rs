@@ -109,6 +109,24 @@ pub fn compile(llvm: Llvm, srcs: &[&Path], out: &Path, extra: &[&str]) {
     assert!(o.status.success(), "compile failed: {cmd:?}\n{}", String::from_utf8_lossy(&o.stderr));
 }
 
+/// Builds the Fortran program `src` into `out` through our `ompcc` with flang 22 (and the
+/// bitcode device runtime), as users build Fortran. Panics with ompcc's output if it fails.
+pub fn ompcc_fortran(src: &Path, out: &Path) {
+    let llvm = Llvm::V22;
+    let mut cmd = Command::new(repo_root().join("dist/bin/ompcc"));
+    if let Some(dir) = out.parent() {
+        cmd.current_dir(dir);
+    }
+    cmd.arg(format!("--clang={}", llvm.clang()))
+        .arg(format!("--flang={}", llvm.flang()))
+        .args(["-fopenmp", "-fopenmp-targets=x86_64-pc-linux-gnu", "-g", "-O1"])
+        .args(llvm.link_flags())
+        .arg(src)
+        .arg("-o")
+        .arg(out);
+    must(&mut cmd, &format!("ompcc {}", src.display()));
+}
+
 /// Runs `exe` with `libdir` first on LD_LIBRARY_PATH and extra environment.
 pub fn run_with(exe: &Path, libdir: &Path, env: &[(&str, &str)]) -> Output {
     let mut cmd = Command::new(exe);

@@ -5,7 +5,7 @@
 // Always compiled; run as tests once `make dist` has run, and always under CI (see build.rs).
 #![cfg_attr(not(omp_e2e), allow(dead_code))]
 
-use omp_e2e::{compile, dist_lib, program, repo_root, run_with, scratch, Llvm, ALL};
+use omp_e2e::{compile, dist_lib, ompcc_fortran, program, run_with, scratch, Llvm, ALL};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -24,19 +24,7 @@ fn build(llvm: Llvm, rel: &str, extra: &[&str]) -> PathBuf {
 /// Fortran through ompcc (flang 22 and the bitcode device runtime), as users build it.
 fn build_fortran(rel: &str) -> PathBuf {
     let exe = dir_for(rel).join("prog");
-    let llvm = Llvm::V22;
-    let o = Command::new(repo_root().join("dist/bin/ompcc"))
-        .current_dir(exe.parent().unwrap())
-        .arg(format!("--clang={}", llvm.clang()))
-        .arg(format!("--flang={}", llvm.flang()))
-        .args(["-fopenmp", "-fopenmp-targets=x86_64-pc-linux-gnu", "-g", "-O1"])
-        .args(llvm.link_flags())
-        .arg(program(rel))
-        .arg("-o")
-        .arg(&exe)
-        .output()
-        .expect("run ompcc");
-    assert!(o.status.success(), "ompcc {rel}: {}", text(&o.stderr));
+    ompcc_fortran(&program(rel), &exe);
     exe
 }
 
