@@ -330,7 +330,9 @@ impl Advisor {
         if rows.is_empty() {
             return String::new();
         }
-        rows.sort_by(|a, b| b.1.bytes.cmp(&a.1.bytes).then(b.1.time.cmp(&a.1.time)).then(a.0.cmp(b.0)));
+        // Largest saving first; equal savings in a fixed order (kind, place, variable), never by
+        // measured time, so two runs of a program print the same advice in the same order.
+        rows.sort_by(|a, b| b.1.bytes.cmp(&a.1.bytes).then(a.0.cmp(b.0)));
         let total: u64 = rows.iter().filter(|r| r.0 .0.moves_data()).map(|r| r.1.bytes).sum();
         let small = |tally: &Tally| tally.bytes < SMALL_BYTES && tally.time * 100 <= all * SMALL_SHARE;
         let (listed, summed): (Vec<_>, Vec<_>) = rows.iter().partition(|r| !small(r.1));
