@@ -3,11 +3,12 @@
 #   clang-19/22, flang-19/22, LLVM's runtimes (libomp5-19, liboffload-22) for side-by-side runs,
 #   libomp-22-dev (system) and a private extract of libomp-19-dev (the two conflict),
 #   Open MPI and MPICH (MPI devices' tests and benchmark; the runtime loads libmpi only under a launcher).
+#   gdb (omp-replay's test stops a replayed kernel at its source line under gdb).
 # Idempotent: a second run only checks. Needs root (or sudo) the first time.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 deps="$root/.deps"
-pkgs=(clang-19 clang-22 flang-19 flang-22 llvm-19 llvm-22 libomp5-19 liboffload-22 libomp-22-dev llvm-19-tools lld-19 make python3 python3-pip unzip bc cmake xz-utils binutils openmpi-bin libopenmpi-dev mpich)
+pkgs=(clang-19 clang-22 flang-19 flang-22 llvm-19 llvm-22 libomp5-19 liboffload-22 libomp-22-dev llvm-19-tools lld-19 make python3 python3-pip unzip bc cmake xz-utils binutils openmpi-bin libopenmpi-dev mpich gdb)
 
 missing=()
 for p in "${pkgs[@]}"; do

@@ -176,7 +176,10 @@ fn over_the_size_limit_one_warning_and_nothing_written() {
 #[cfg_attr(omp_e2e, test)]
 fn a_replay_under_gdb_stops_at_the_kernels_line() {
     if Command::new("gdb").arg("--version").output().is_err() {
-        return skip_without("a_replay_under_gdb_stops_at_the_kernels_line", "gdb is not installed");
+        return skip_without(
+            "a_replay_under_gdb_stops_at_the_kernels_line",
+            "gdb is not installed (scripts/setup.sh installs it)",
+        );
     }
     let desc = recorded_one("replay/saxpy.c", Llvm::V22, "saxpy sum=249985000.0");
     let o = Command::new("gdb")
