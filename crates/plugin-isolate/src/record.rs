@@ -298,12 +298,12 @@ fn write_file(base: &Path, ext: &str, bytes: &[u8]) -> io::Result<()> {
     f.flush()
 }
 
-/// A kernel name as a file name: letters, digits, `_` and `.` kept, the rest `_`.
+/// A kernel name as a file name: letters, digits and `_` kept, the rest `_` (no `.`: the
+/// record's files are this name with an extension each, so a dot would cut the name short).
 fn file_name(kernel: &str) -> String {
-    let s: String =
-        kernel.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' || c == '.' { c } else { '_' }).collect();
-    if s.is_empty() || s.starts_with('.') {
-        format!("kernel{s}")
+    let s: String = kernel.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' }).collect();
+    if s.is_empty() {
+        "kernel".to_string()
     } else {
         s
     }
@@ -423,8 +423,10 @@ mod tests {
         assert_eq!(parse_bytes(""), None);
         assert_eq!(parse_bytes("99999999999999999999G"), None);
         assert_eq!(file_name("__omp_offloading_10303_2a1c3b1_sum_l5"), "__omp_offloading_10303_2a1c3b1_sum_l5");
-        assert_eq!(file_name("a/../b"), "a_.._b");
-        assert_eq!(file_name(".x"), "kernel.x");
+        assert_eq!(file_name("a/../b"), "a____b");
+        assert_eq!(file_name(".x"), "_x");
+        assert_eq!(file_name("k.a"), "k_a", "a dot would be taken for the start of an extension");
+        assert_eq!(file_name(""), "kernel");
         assert_eq!(json_string("a\"b\\\n"), "\"a\\\"b\\\\\\u000a\"");
     }
 

@@ -209,8 +209,17 @@ impl Record {
     /// Reads `path` and checks the files beside it: the image's size, and the memory files'
     /// (the output only when `need_output`, for `--verify`).
     pub fn open(path: &Path, need_output: bool) -> Result<Record, ReplayError> {
-        let text_ = std::fs::read_to_string(path)
-            .map_err(|e| ReplayError::new(format!("cannot read {}: {e}", path.display())))?;
+        // A description is a few KiB per allocation: anything larger is not one of ours.
+        const MAX_DESCRIPTION: u64 = 64 << 20;
+        let cannot = |e: std::io::Error| ReplayError::new(format!("cannot read {}: {e}", path.display()));
+        let len = std::fs::metadata(path).map_err(cannot)?.len();
+        if len > MAX_DESCRIPTION {
+            return Err(ReplayError::new(format!(
+                "{} holds {len} bytes, more than a record's description ever does ({MAX_DESCRIPTION})",
+                path.display()
+            )));
+        }
+        let text_ = std::fs::read_to_string(path).map_err(cannot)?;
         let desc = Description::parse(&text_).map_err(|e| e.context(&path.display().to_string()))?;
         let dir = path.parent().unwrap_or(Path::new("."));
         let check = |name: &str, want: u64, what: &str| -> Result<PathBuf, ReplayError> {
