@@ -330,6 +330,11 @@ mod tests {
         std::fs::remove_file(dir.join("k.image")).unwrap();
         let e = Record::open(&desc, false).unwrap_err().to_string();
         assert!(e.contains("k.image (the device image)"), "{e}");
+        // A description larger than any record writes is refused before it is read (a sparse
+        // file: no disk used).
+        std::fs::File::create(&desc).unwrap().set_len(65 << 20).unwrap();
+        let e = Record::open(&desc, false).unwrap_err().to_string();
+        assert!(e.contains("more than a record's description ever does"), "{e}");
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }
