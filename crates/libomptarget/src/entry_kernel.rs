@@ -7,6 +7,7 @@ use std::ffi::c_void;
 use std::ptr::null_mut;
 
 #[no_mangle]
+#[link_section = ".text.hot.omp_launch"]
 pub unsafe extern "C" fn __tgt_target_kernel(
     loc: *const Ident,
     device_id: i64,

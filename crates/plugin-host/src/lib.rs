@@ -300,6 +300,7 @@ impl Device for HostDevice {
         Ok(())
     }
 
+    #[link_section = ".text.hot.omp_launch"]
     unsafe fn launch(&self, kernel: KernelId, args: &[usize], config: &LaunchConfig) -> Result<()> {
         let total = args.len() + usize::from(config.with_dyn_ptr);
         let mut buf = [0usize; 16];

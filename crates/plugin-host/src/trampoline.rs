@@ -10,6 +10,7 @@
 /// # Safety
 /// `f` must be the address of an `extern "C"` function whose parameters are all
 /// pointer-sized integers or pointers, at most `args.len()` of them.
+#[link_section = ".text.hot.omp_launch"]
 pub unsafe fn call(f: usize, args: &[usize]) {
     if args.len() >= 6 {
         // SAFETY: this function's contract, and at least six arguments.

@@ -11,6 +11,7 @@ use crate::{DeviceCtx, Failed, Loc, Runtime, Target};
 impl Runtime {
     /// `__tgt_target_kernel`. A failure is reported here: its step's lines, then (after the
     /// construct's end) the line that gives the region up.
+    #[link_section = ".text.hot.omp_launch"]
     pub fn target_kernel(&self, loc: Loc, device_id: i64, host_ptr: usize, launch: &mut KernelLaunch) -> i32 {
         let dev = match self.check_device(device_id, loc) {
             Ok(Target::Device(d)) => d,
@@ -38,6 +39,7 @@ impl Runtime {
     /// Enters a construct: gives it an id, then announces its map arguments and its begin,
     /// so that every event of the construct, its arguments included, belongs to its id
     /// ([`trace::EventCx::construct`]). `None` when nobody observes.
+    #[link_section = ".text.hot.omp_launch"]
     fn enter_construct(
         &self,
         kind: TargetKind,
@@ -59,6 +61,7 @@ impl Runtime {
     }
 
     /// Leaves a construct with its end event.
+    #[link_section = ".text.hot.omp_launch"]
     fn leave_construct(&self, scope: Option<ConstructScope>) {
         let Some(ConstructScope { kind, device, loc, target_id, codeptr, prev, start }) = scope else { return };
         let time = Self::stop_timer(start);

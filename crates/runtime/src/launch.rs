@@ -145,6 +145,7 @@ diagnostic_display!(LaunchError);
 
 impl Runtime {
     /// A `target` region on a device: map, launch, unmap.
+    #[link_section = ".text.hot.omp_launch"]
     pub(crate) fn target(
         &self,
         dev: &DeviceCtx,
@@ -398,11 +399,13 @@ std::thread_local! {
 
 impl LaunchBuffers {
     /// This thread's buffers, or new ones (first launch, or a launch inside a launch).
+    #[link_section = ".text.hot.omp_launch"]
     fn take() -> Box<Self> {
         LAUNCH_BUFFERS.try_with(std::cell::Cell::take).ok().flatten().unwrap_or_default()
     }
 
     /// Empties the buffers and keeps them for the thread's next launch (unless large).
+    #[link_section = ".text.hot.omp_launch"]
     fn give_back(mut self: Box<Self>) {
         self.tgt_args.clear();
         self.privates.clear();

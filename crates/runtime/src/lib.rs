@@ -252,6 +252,7 @@ impl Runtime {
 
     /// LLVM's `handleTargetOutcome`: under MANDATORY a failure ends the program with the
     /// construct's location.
+    #[link_section = ".text.hot.omp_launch"]
     pub fn handle_outcome(&self, outcome: Outcome, loc: Loc) {
         if outcome.is_ok() || self.policy() != Policy::Mandatory {
             return;

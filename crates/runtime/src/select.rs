@@ -74,6 +74,7 @@ impl std::error::Error for SelectError {}
 impl Runtime {
     /// LLVM's `checkDeviceAndCtors`: decides where a construct runs and loads the device's
     /// images on first use.
+    #[link_section = ".text.hot.omp_launch"]
     pub fn check_device(&self, device_id: i64, loc: Loc) -> Result<Target, SelectError> {
         if self.policy() == Policy::Disabled {
             return Ok(Target::Host);

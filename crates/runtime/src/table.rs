@@ -179,6 +179,7 @@ impl MappingTable {
     }
 
     /// Finds how `[hp, hp+size)` relates to the table (LLVM's `lookupMapping`).
+    #[link_section = ".text.hot.omp_launch"]
     pub fn lookup(&self, hp: usize, size: usize) -> Lookup {
         let mut below = self.entries.range(..=hp).next_back();
         // Zero-length sections and bare pointers match an entry's extended range.

@@ -10,6 +10,7 @@ use omp_plugin::host_memory;
 
 impl Runtime {
     /// targetDataBegin: map every entry, in order, then perform deferred ATTACHes.
+    #[link_section = ".text.hot.omp_launch"]
     pub fn data_begin(
         &self,
         dev: &DeviceCtx,

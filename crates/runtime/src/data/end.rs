@@ -12,6 +12,7 @@ use omp_plugin::host_memory;
 impl Runtime {
     /// targetDataEnd: release every entry, in reverse order; copy back on the last
     /// reference (or `always`); free storage once the whole construct is done.
+    #[link_section = ".text.hot.omp_launch"]
     pub fn data_end(&self, dev: &DeviceCtx, args: &mut MapArgs, from_mapper: bool) -> Result<(), MapError> {
         let mut removals: Vec<(usize, bool, bool)> = Vec::new();
         let result = self.data_end_entries(dev, args, from_mapper, &mut removals);
@@ -57,6 +58,7 @@ impl Runtime {
         }
     }
 
+    #[link_section = ".text.hot.omp_launch"]
     pub(super) fn data_end_entries(
         &self,
         dev: &DeviceCtx,

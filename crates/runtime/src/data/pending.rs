@@ -20,6 +20,7 @@ impl Runtime {
     /// Waits until no entry that one of `ranges` falls in is being mapped by another thread,
     /// and returns the table locked.
     /// `held` is the table's guard when the caller still holds it.
+    #[link_section = ".text.hot.omp_launch"]
     pub(super) fn lock_idle<'d>(
         &self,
         dev: &'d DeviceCtx,
@@ -37,6 +38,7 @@ impl Runtime {
 
     /// Performs the copies a construct queued under the table lock, then tells waiting
     /// threads that the entries it was mapping are ready (also when a copy failed).
+    #[link_section = ".text.hot.omp_launch"]
     pub(super) fn flush(&self, dev: &DeviceCtx, st: &mut ConstructState) -> Result<(), MapError> {
         for ev in std::mem::take(&mut st.events) {
             self.emit(&ev);

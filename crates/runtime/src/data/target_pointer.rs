@@ -12,6 +12,7 @@ impl Runtime {
     /// LLVM's getTargetPointer: find or create the device copy of one host range. A range
     /// that extends a mapping, or that `present` asks for and is not mapped, has none: that
     /// is [`MapError::NoTargetPointer`] (with the map type `ty` of the caller's entry).
+    #[link_section = ".text.hot.omp_launch"]
     pub(super) fn get_target_pointer(
         &self,
         dev: &DeviceCtx,

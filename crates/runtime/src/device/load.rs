@@ -56,6 +56,7 @@ impl Runtime {
     /// the system loader, whose own lock another thread may hold while it registers a
     /// library (its constructor calls `__tgt_register_lib`). Threads that need an image
     /// another thread is loading wait for it.
+    #[link_section = ".text.hot.omp_launch"]
     pub fn ensure_loaded(&self, dev: &DeviceCtx) -> Result<(), LoadError> {
         let generation = self.generation.load(Ordering::Acquire);
         if dev.loaded_generation.load(Ordering::Acquire) == generation {

@@ -175,6 +175,7 @@ impl DeviceCtx {
     }
 
     /// Frees the device memory of a removed mapping, with its `Free` event.
+    #[link_section = ".text.hot.omp_launch"]
     pub(crate) fn free_mapping(&self, rt: &Runtime, e: &MapEntry) -> Result<(), DeviceError> {
         let allocated = e.size() + (e.tgt_begin - e.tgt_alloc);
         let start = rt.start_timer();
