@@ -110,6 +110,7 @@ conformance: setup dist
 
 bench: setup dist
 	./scripts/bench.sh
+	./scripts/bench-launch-cg.sh
 	./scripts/bench-bigmaps.sh
 	./scripts/bench-mpi.sh
 

@@ -8,18 +8,23 @@ use crate::table::{Lookup, MapEntry};
 use crate::trace::{Event, RcChange};
 use crate::{DeviceCtx, Runtime};
 use omp_plugin::host_memory;
+use smallvec::SmallVec;
+
+/// The entries a construct's end may copy back or remove: (table key, copied back, delete).
+/// Inline for the usual few, so that unmapping allocates nothing.
+pub(super) type Removals = SmallVec<[(usize, bool, bool); 8]>;
 
 impl Runtime {
     /// targetDataEnd: release every entry, in reverse order; copy back on the last
     /// reference (or `always`); free storage once the whole construct is done.
     #[link_section = ".text.hot.omp_launch"]
     pub fn data_end(&self, dev: &DeviceCtx, args: &mut MapArgs, from_mapper: bool) -> Result<(), MapError> {
-        let mut removals: Vec<(usize, bool, bool)> = Vec::new();
+        let mut removals = Removals::new();
         let result = self.data_end_entries(dev, args, from_mapper, &mut removals);
         if removals.is_empty() {
             return result;
         }
-        let mut removed = Vec::new();
+        let mut removed: SmallVec<[MapEntry; 2]> = SmallVec::new();
         let mut table = dev.lock_table();
         for (key, copied_back, delete) in removals {
             let Some(e) = table.get_mut(key) else { continue };
@@ -64,7 +69,7 @@ impl Runtime {
         dev: &DeviceCtx,
         args: &mut MapArgs,
         from_mapper: bool,
-        removals: &mut Vec<(usize, bool, bool)>,
+        removals: &mut Removals,
     ) -> Result<(), MapError> {
         // The table stays locked from one entry to the next until an entry needs a copy back
         // or an event emitted (both done with no lock held).
