@@ -4,11 +4,12 @@
 #   libomp-22-dev (system) and a private extract of libomp-19-dev (the two conflict),
 #   Open MPI and MPICH (MPI devices' tests and benchmark; the runtime loads libmpi only under a launcher).
 #   gdb (omp-replay's test stops a replayed kernel at its source line under gdb).
+#   valgrind (make bench counts instructions and cache misses per launch with callgrind).
 # Idempotent: a second run only checks. Needs root (or sudo) the first time.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 deps="$root/.deps"
-pkgs=(clang-19 clang-22 flang-19 flang-22 llvm-19 llvm-22 libomp5-19 liboffload-22 libomp-22-dev llvm-19-tools lld-19 make python3 python3-pip unzip bc cmake xz-utils binutils openmpi-bin libopenmpi-dev mpich gdb)
+pkgs=(clang-19 clang-22 flang-19 flang-22 llvm-19 llvm-22 libomp5-19 liboffload-22 libomp-22-dev llvm-19-tools lld-19 make python3 python3-pip unzip bc cmake xz-utils binutils openmpi-bin libopenmpi-dev mpich gdb valgrind)
 
 missing=()
 for p in "${pkgs[@]}"; do
