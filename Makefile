@@ -112,7 +112,13 @@ bench: setup dist
 	./scripts/bench.sh
 	./scripts/bench-launch-cg.sh
 	./scripts/bench-bigmaps.sh
+	./scripts/bench-isolate.sh
+	./scripts/bench-check.sh
+	./scripts/bench-remote.sh
 	./scripts/bench-mpi.sh
+	./scripts/bench-fortran.sh
+	./scripts/bench-driver.sh
+	./scripts/bench-declare-target.sh
 
 fmt:
 	$(CARGO) fmt --all
