@@ -66,7 +66,10 @@ fn replay(o: &Options) -> Result<bool, ReplayError> {
     let record = Record::open(&o.desc, o.verify)?;
     let d = &record.desc;
     let input = open(&record.input)?;
-    let output = if o.verify { Some(open(&record.output)?) } else { None };
+    let output = match &record.output {
+        Some(path) if o.verify => Some(open(path)?),
+        _ => None,
+    };
     let args: Vec<usize> = d.args.iter().map(|a| a.value).collect();
     let memory = DeviceMemory::map(&d.allocations)?;
     kernel::preload(&d.libraries);
@@ -79,6 +82,14 @@ fn replay(o: &Options) -> Result<bool, ReplayError> {
         d.allocations.len(),
         d.memory_size
     );
+    if let Some(f) = &d.fault {
+        let memory = if f.memory_after_fault {
+            "as the failure left it, not as it was before the launch"
+        } else {
+            "as it was before the launch"
+        };
+        println!("omp-replay: the recorded launch failed ({}); its device memory is {memory}", f.reason);
+    }
     for run in 1..=o.repeat {
         let t0 = Instant::now();
         memory.restore(&input)?;
