@@ -1,6 +1,7 @@
-//! `omp-replay DESC.json [--verify] [--teams N] [--threads N] [--repeat N]`: runs one kernel
+//! `omp-replay DESC.json [--verify] [--check] [--teams N] [--threads N] [--repeat N]`: runs one kernel
 //! launch recorded with `LIBOMPTARGET_RECORD` on an isolated device (docs/replay.md).
 
+use omp_replay::check;
 use omp_replay::kernel::{self, Kernel};
 use omp_replay::memory::DeviceMemory;
 use omp_replay::{Record, ReplayError};
@@ -9,13 +10,15 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
-const USAGE: &str = "usage: omp-replay DESC.json [--verify] [--teams N] [--threads N] [--repeat N]
+const USAGE: &str = "usage: omp-replay DESC.json [--verify] [--check] [--teams N] [--threads N] [--repeat N]
 
 Runs one kernel launch recorded with LIBOMPTARGET_RECORD=DIR (LIBOMPTARGET_ISOLATE=1) again, in
 this process, with the device memory restored at its recorded addresses.
 
   --verify      compare the device memory after the kernel with the recording
                 (exit status 1 and the first differing byte when they differ)
+  --check       report an access of the kernel outside the recorded allocations: the
+                address, read or written, and the allocation it is nearest to (exit status 1)
   --teams N     ask for N teams where the kernel's own clauses do not say
   --threads N   ask for N threads per team where the kernel's own clauses do not say
   --repeat N    run the kernel N times, each from the recorded memory, and print each time
@@ -25,13 +28,14 @@ this process, with the device memory restored at its recorded addresses.
 struct Options {
     desc: PathBuf,
     verify: bool,
+    check: bool,
     teams: Option<u32>,
     threads: Option<u32>,
     repeat: u32,
 }
 
 fn parse(args: &[String]) -> Result<Options, String> {
-    let mut o = Options { desc: PathBuf::new(), verify: false, teams: None, threads: None, repeat: 1 };
+    let mut o = Options { desc: PathBuf::new(), verify: false, check: false, teams: None, threads: None, repeat: 1 };
     let mut desc = None;
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -41,6 +45,7 @@ fn parse(args: &[String]) -> Result<Options, String> {
         };
         match a.as_str() {
             "--verify" => o.verify = true,
+            "--check" => o.check = true,
             "--teams" => o.teams = Some(count("--teams")?),
             "--threads" => o.threads = Some(count("--threads")?),
             "--repeat" => o.repeat = count("--repeat")?.max(1),
@@ -90,6 +95,9 @@ fn replay(o: &Options) -> Result<bool, ReplayError> {
         };
         println!("omp-replay: the recorded launch failed ({}); its device memory is {memory}", f.reason);
     }
+    if o.check {
+        check::watch_faults(&d.allocations);
+    }
     for run in 1..=o.repeat {
         let t0 = Instant::now();
         memory.restore(&input)?;
@@ -104,6 +112,16 @@ fn replay(o: &Options) -> Result<bool, ReplayError> {
                 (t2 - t1).as_secs_f64() * 1e3,
                 (t1 - t0).as_secs_f64() * 1e3
             );
+        }
+    }
+    if o.check {
+        // SAFETY: the recorded memory's pages are mapped, and the kernel has returned.
+        match unsafe { check::written_outside(memory.ranges(), &d.allocations) } {
+            Some(finding) => {
+                eprintln!("{finding}");
+                return Ok(false);
+            }
+            None => println!("omp-replay: check: no access outside the recorded allocations"),
         }
     }
     let Some(output) = output else { return Ok(true) };

@@ -86,6 +86,11 @@ impl DeviceMemory {
         Ok(mem)
     }
 
+    /// The page ranges mapped, `[start, end)`.
+    pub fn ranges(&self) -> &[(usize, usize)] {
+        &self.ranges
+    }
+
     /// Fills every allocation from `file` (`.record_input`), at its file offset.
     pub fn restore(&self, file: &File) -> Result<(), ReplayError> {
         for a in &self.allocations {
