@@ -4,7 +4,7 @@
 //! `NAME.record_output` (the arena's live allocations before and after the launch, one after
 //! the other in address order) and `NAME.image` (the device image).
 //! `LIBOMPTARGET_RECORD_KERNEL=REGEX` limits it to the kernels whose name matches, and
-//! `LIBOMPTARGET_RECORD_LAUNCH=N` to the N-th launch of those.
+//! `LIBOMPTARGET_RECORD_LAUNCH=N` to the N-th launch of those (`all`: every launch).
 //!
 //! Whenever the isolated device is on, with or without `LIBOMPTARGET_RECORD`, the launch that
 //! fails (its worker dies: a fault, an abort, an exit) is recorded too, and its error names
@@ -36,6 +36,17 @@ pub const FORMAT_VERSION: u32 = 1;
 /// Most bytes written by default (`LIBOMPTARGET_RECORD_MAX` changes it).
 pub const DEFAULT_MAX_BYTES: u64 = 1 << 30;
 
+/// Which launches of the chosen kernels are recorded (`LIBOMPTARGET_RECORD_LAUNCH`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Launches {
+    /// Unset: the first launch of each kernel and configuration (as LLVM).
+    FirstOfEachConfiguration,
+    /// `N`: only the N-th launch (1-based) of the kernels chosen, whatever its configuration.
+    Nth(u64),
+    /// `all`: every launch, each its own record (`NAME`, `NAME-2`, …).
+    All,
+}
+
 /// What one launch configuration is recorded under: kernel name, teams, threads, `dyn_ptr`.
 type ConfigKey = (String, u32, u32, bool);
 
@@ -44,13 +55,12 @@ pub(crate) struct Recorder {
     dir: PathBuf,
     /// `LIBOMPTARGET_RECORD` was given: launches are chosen for recording; otherwise only
     /// the launch that fails is recorded (in `$TMPDIR/omp-records-PID`).
-    every: bool,
+    choosing: bool,
     max_bytes: u64,
     /// `LIBOMPTARGET_RECORD_KERNEL`: only kernels whose name this matches (a search, as grep).
     kernels: Option<regex::Regex>,
-    /// `LIBOMPTARGET_RECORD_LAUNCH`: only this launch (1-based, of the kernels chosen),
-    /// instead of the first of each configuration.
-    launch: Option<u64>,
+    /// `LIBOMPTARGET_RECORD_LAUNCH`: which launches of the kernels chosen.
+    launch: Launches,
     state: Mutex<RecordState>,
 }
 
@@ -111,10 +121,10 @@ impl Recorder {
         let Some(dir) = dir else {
             return (max_bytes > 0).then(|| Recorder {
                 dir: default_dir(),
-                every: false,
+                choosing: false,
                 max_bytes,
                 kernels: None,
-                launch: None,
+                launch: Launches::FirstOfEachConfiguration,
                 state: Mutex::new(RecordState::default()),
             });
         };
@@ -133,9 +143,10 @@ impl Recorder {
             },
         };
         let launch = match var("LIBOMPTARGET_RECORD_LAUNCH") {
-            None => None,
+            None => Launches::FirstOfEachConfiguration,
+            Some(n) if n.trim() == "all" => Launches::All,
             Some(n) => match n.trim().parse::<u64>() {
-                Ok(n) if n > 0 => Some(n),
+                Ok(n) if n > 0 => Launches::Nth(n),
                 _ => {
                     eprintln!(
                         "omptarget warning: LIBOMPTARGET_RECORD_LAUNCH={n} is not a launch number (1 is the first); \
@@ -147,7 +158,7 @@ impl Recorder {
         };
         Some(Recorder {
             dir: PathBuf::from(dir),
-            every: true,
+            choosing: true,
             max_bytes,
             kernels,
             launch,
@@ -183,7 +194,7 @@ impl Recorder {
         arena: Option<&Arena>,
         launch: impl FnOnce() -> Result<()>,
     ) -> Result<()> {
-        let pending = if self.every { self.begin(device, kernel, config, arena) } else { None };
+        let pending = if self.choosing { self.begin(device, kernel, config, arena) } else { None };
         let Some(arena) = arena else { return launch() };
         let Some(pending) = pending else {
             // The launch path when nothing is chosen: only a failure does more.
@@ -320,15 +331,16 @@ impl Recorder {
         }
         let key = (name.clone(), config.num_teams[0], config.thread_limit[0], config.with_dyn_ptr);
         match self.launch {
-            Some(n) => {
+            Launches::Nth(n) => {
                 st.launches += 1;
                 if st.launches != n {
                     return None;
                 }
                 st.recorded.insert(key.clone());
             }
-            None if !st.recorded.insert(key.clone()) => return None,
-            None => {}
+            Launches::All => {}
+            Launches::FirstOfEachConfiguration if !st.recorded.insert(key.clone()) => return None,
+            Launches::FirstOfEachConfiguration => {}
         }
         let image = st.images.get(&(device, image)).cloned()?;
         if arena.is_none() {

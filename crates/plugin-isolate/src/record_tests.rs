@@ -14,7 +14,7 @@ fn sizes() {
 
 #[test]
 fn only_failures_unless_asked_and_a_bad_max_falls_back() {
-    assert!(Recorder::from_vars(|_| None).is_some_and(|r| !r.every));
+    assert!(Recorder::from_vars(|_| None).is_some_and(|r| !r.choosing));
     let r = Recorder::from_vars(|k| match k {
         "LIBOMPTARGET_RECORD" => Some("/tmp/x".into()),
         "LIBOMPTARGET_RECORD_MAX" => Some("lots".into()),
@@ -150,6 +150,7 @@ fn kernel_and_launch_choose_what_is_recorded() {
     assert!(bad("LIBOMPTARGET_RECORD_KERNEL", "(").is_none());
     assert!(bad("LIBOMPTARGET_RECORD_LAUNCH", "0").is_none());
     assert!(bad("LIBOMPTARGET_RECORD_LAUNCH", "x").is_none());
+    assert_eq!(bad("LIBOMPTARGET_RECORD_LAUNCH", " all").map(|r| r.launch), Some(Launches::All));
 }
 
 fn lost() -> PluginError {
@@ -159,7 +160,7 @@ fn lost() -> PluginError {
 #[test]
 fn without_record_only_the_launch_that_fails_is_recorded_with_the_memory_it_left() {
     let mut rec = Recorder::from_vars(|_| None).expect("on whenever the isolated device is");
-    assert!(!rec.every);
+    assert!(!rec.choosing);
     assert!(rec.dir.ends_with(format!("omp-records-{}", std::process::id())), "{}", rec.dir.display());
     let dir = std::env::temp_dir().join(format!("omp-record-fault-{}", std::process::id()));
     rec.dir = dir.clone();
@@ -230,5 +231,34 @@ fn a_chosen_launch_that_fails_keeps_the_memory_from_before_it() {
     assert!(!dir.join("k.record_output").exists());
     let json = std::fs::read_to_string(dir.join("k.json")).unwrap();
     assert!(json.contains("\"InputAfterFault\": false"), "{json}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn launch_all_records_every_launch() {
+    let dir = std::env::temp_dir().join(format!("omp-record-all-{}", std::process::id()));
+    let d = dir.to_string_lossy().into_owned();
+    let rec = Recorder::from_vars(|k| match k {
+        "LIBOMPTARGET_RECORD" => Some(d.clone()),
+        "LIBOMPTARGET_RECORD_LAUNCH" => Some("all".into()),
+        _ => None,
+    })
+    .unwrap();
+    let arena = Arena::create(1 << 24).unwrap();
+    let a = arena.alloc(8).unwrap();
+    rec.allocated(a, 8);
+    rec.image_loaded(0, 0, b"IMAGE");
+    rec.kernel_resolved(0, 1, 0, "k");
+    for value in 1..=3u8 {
+        let run = || {
+            // SAFETY: `a` is an 8-byte arena allocation, mapped read-write here.
+            unsafe { std::ptr::write_bytes(a as *mut u8, value, 8) };
+            Ok(())
+        };
+        rec.around_launch(0, 1, &[a], &LaunchConfig::default(), Some(&arena), run).unwrap();
+    }
+    assert_eq!(std::fs::read(dir.join("k.record_output")).unwrap(), vec![1; 8]);
+    assert_eq!(std::fs::read(dir.join("k-2.record_input")).unwrap(), vec![1; 8]);
+    assert_eq!(std::fs::read(dir.join("k-3.record_output")).unwrap(), vec![3; 8]);
     std::fs::remove_dir_all(&dir).unwrap();
 }
