@@ -306,3 +306,19 @@ fn check_names_a_read_past_the_array() {
     assert!(o.status.success(), "{}\n{}", text(&o.stdout), text(&o.stderr));
     assert!(text(&o.stdout).contains("omp-replay: check: no access outside the recorded allocations"));
 }
+
+#[cfg_attr(omp_e2e, test)]
+fn teams_and_threads_replace_the_kernels_own_clauses() {
+    // replay/shape.c's kernel has num_teams(1) thread_limit(2) and num_threads(2), and writes
+    // the teams and threads it ran with into shape[0] and shape[1].
+    let desc = recorded_one("replay/shape.c", Llvm::V22, "teams=1 threads=2");
+    let d = desc.to_str().unwrap();
+    let o = replay(&[d, "--verify"]);
+    assert!(o.status.success(), "{}\n{}", text(&o.stdout), text(&o.stderr));
+    let o = replay(&[d, "--verify", "--threads", "1"]);
+    assert_eq!(o.status.code(), Some(1), "{}\n{}", text(&o.stdout), text(&o.stderr));
+    assert!(text(&o.stdout).contains("differs at offset 4: recorded 0x02, replayed 0x01"), "{}", text(&o.stdout));
+    let o = replay(&[d, "--verify", "--teams", "2", "--threads", "1"]);
+    assert_eq!(o.status.code(), Some(1), "{}\n{}", text(&o.stdout), text(&o.stderr));
+    assert!(text(&o.stdout).contains("differs at offset 0: recorded 0x01, replayed 0x02"), "{}", text(&o.stdout));
+}

@@ -134,24 +134,3 @@ impl Kernel {
         };
     }
 }
-
-/// Asks libomp for `teams` teams and `threads` threads per team where the kernel's own
-/// clauses do not say (its `num_teams`/`thread_limit` clauses win, as in the program).
-pub fn set_default_shape(teams: Option<u32>, threads: Option<u32>) {
-    let call = |name: &CStr, n: u32| {
-        // SAFETY: dlsym in the global scope with a NUL-terminated name; NULL when absent.
-        let f = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) };
-        if !f.is_null() {
-            // SAFETY: `omp_set_num_teams` and `omp_set_num_threads` are `void(int)` (OpenMP API).
-            let f = unsafe { std::mem::transmute::<*mut libc::c_void, extern "C" fn(libc::c_int)>(f) };
-            f(n.min(i32::MAX as u32) as libc::c_int);
-        }
-    };
-    if let Some(t) = teams.filter(|&t| t > 0) {
-        call(c"omp_set_num_teams", t);
-    }
-    if let Some(t) = threads.filter(|&t| t > 0) {
-        call(c"omp_set_num_threads", t);
-        call(c"omp_set_teams_thread_limit", t);
-    }
-}

@@ -10,6 +10,7 @@ pub mod check;
 pub mod desc;
 pub mod kernel;
 pub mod memory;
+pub mod shape;
 
 pub use desc::{Description, Record};
 

@@ -13,14 +13,17 @@ use std::time::Instant;
 const USAGE: &str = "usage: omp-replay DESC.json [--verify] [--check] [--teams N] [--threads N] [--repeat N]
 
 Runs one kernel launch recorded with LIBOMPTARGET_RECORD=DIR (LIBOMPTARGET_ISOLATE=1) again, in
-this process, with the device memory restored at its recorded addresses.
+this process, with the device memory restored at its recorded addresses. A launch that failed
+on an isolated device is recorded by itself (in $TMPDIR/omp-records-PID without
+LIBOMPTARGET_RECORD; its error names the record): its replay runs to the same fault.
 
   --verify      compare the device memory after the kernel with the recording
                 (exit status 1 and the first differing byte when they differ)
   --check       report an access of the kernel outside the recorded allocations: the
                 address, read or written, and the allocation it is nearest to (exit status 1)
-  --teams N     ask for N teams where the kernel's own clauses do not say
-  --threads N   ask for N threads per team where the kernel's own clauses do not say
+  --teams N     run N teams, in place of the kernel's num_teams clause or the default
+  --threads N   run N threads per team (and parallel region), in place of the kernel's
+                thread_limit and num_threads clauses or the default
   --repeat N    run the kernel N times, each from the recorded memory, and print each time
   --version     print the version and the record format it reads
   --help        print this help";
@@ -79,7 +82,7 @@ fn replay(o: &Options) -> Result<bool, ReplayError> {
     let memory = DeviceMemory::map(&d.allocations)?;
     kernel::preload(&d.libraries);
     let k = Kernel::load(&record.image, &d.name, d.with_dyn_ptr, &args)?;
-    kernel::set_default_shape(o.teams, o.threads);
+    omp_replay::shape::set(o.teams, o.threads);
     println!(
         "omp-replay: kernel {} ({} arguments), {} allocations ({} bytes) at their recorded addresses",
         d.name,
