@@ -322,3 +322,20 @@ fn teams_and_threads_replace_the_kernels_own_clauses() {
     assert_eq!(o.status.code(), Some(1), "{}\n{}", text(&o.stdout), text(&o.stderr));
     assert!(text(&o.stdout).contains("differs at offset 0: recorded 0x01, replayed 0x02"), "{}", text(&o.stdout));
 }
+
+#[cfg_attr(omp_e2e, test)]
+fn a_declare_target_global_set_by_the_host_is_restored() {
+    // replay/globals.c sets `scale` (declare target, 1.0 in the image) to 3.0 on the device
+    // before the launch: the replay verifies only if it sees 3.0 again.
+    let desc = recorded_one("replay/globals.c", Llvm::V22, "y=3 6 9 12");
+    let j = json(&desc);
+    assert_eq!(j["GlobalVariables"][0]["Name"], "scale", "{j}");
+    let globals = std::fs::read(desc.with_extension("globals")).unwrap();
+    assert_eq!(globals, 3.0f64.to_le_bytes(), "the value the host set");
+    let o = replay(&[desc.to_str().unwrap(), "--verify", "--repeat", "2"]);
+    assert!(o.status.success(), "{}\n{}", text(&o.stdout), text(&o.stderr));
+    // Without the recorded value the kernel multiplies by the image's 1.0.
+    std::fs::write(desc.with_extension("globals"), 1.0f64.to_le_bytes()).unwrap();
+    let o = replay(&[desc.to_str().unwrap(), "--verify"]);
+    assert_eq!(o.status.code(), Some(1), "{}\n{}", text(&o.stdout), text(&o.stderr));
+}

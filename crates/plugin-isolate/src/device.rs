@@ -32,9 +32,12 @@ impl IsolateDevice {
     fn launch_untracked(&self, kernel: KernelId, args: &[usize], config: &LaunchConfig) -> Result<()> {
         match &self.shared.record {
             Some(rec) => {
-                let arena = self.shared.worker()?;
+                let r = self.shared.worker()?;
                 let launch = || self.send_launch(kernel, args, config);
-                rec.around_launch(self.index, kernel.raw(), args, config, arena.arena.as_ref(), launch)
+                let read_global = |addr: usize, buf: &mut [u8]| {
+                    r.worker.read_into(self.index, addr as u64, buf).map_err(|e| error(&r.worker, e))
+                };
+                rec.around_launch((self.index, kernel.raw()), args, config, r.arena.as_ref(), &read_global, launch)
             }
             None => self.send_launch(kernel, args, config),
         }
@@ -117,7 +120,11 @@ impl Device for IsolateDevice {
     }
 
     fn global(&self, image: ImageId, name: &CStr) -> Result<GlobalSymbol> {
-        self.global_request(image, name)
+        let g = self.global_request(image, name)?;
+        if let Some(rec) = &self.shared.record {
+            rec.global_resolved(self.index, image.0, symbol_name(name)?, g.addr, g.size);
+        }
+        Ok(g)
     }
 
     fn alloc(&self, size: usize, _kind: AllocKind) -> Result<usize> {

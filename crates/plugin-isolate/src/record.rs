@@ -68,6 +68,8 @@ pub(crate) struct Recorder {
 struct RecordState {
     /// Each loaded image's bytes, by (device, image id).
     images: HashMap<(u32, usize), Arc<[u8]>>,
+    /// Each image's globals as the runtime resolved them, by (device, image id).
+    globals: HashMap<(u32, usize), Vec<Global>>,
     /// Each resolved kernel's image and name, by (device, kernel handle).
     kernels: HashMap<(u32, usize), (usize, String)>,
     /// Live arena allocations: address -> size asked for.
@@ -85,6 +87,12 @@ struct RecordState {
     failure_recorded: bool,
 }
 
+/// Reads `buf.len()` bytes of a device global at an address of the worker.
+pub(crate) type ReadGlobal<'a> = &'a dyn Fn(usize, &mut [u8]) -> Result<()>;
+
+/// A device global (`declare target` variable) of an image: name, address in the worker, size.
+pub(crate) type Global = (String, usize, usize);
+
 /// One launch being recorded: its files' common path (without extension) and allocations.
 pub(crate) struct Pending {
     pub(crate) base: PathBuf,
@@ -92,6 +100,8 @@ pub(crate) struct Pending {
     key: ConfigKey,
     pub(crate) allocations: Vec<(usize, usize)>,
     pub(crate) image: Arc<[u8]>,
+    /// The image's globals, recorded beside the memory (`.globals`) when the launch is chosen.
+    pub(crate) globals: Vec<Global>,
 }
 
 /// Where the launch that fails is recorded when `LIBOMPTARGET_RECORD` is not set.
@@ -174,6 +184,12 @@ impl Recorder {
         self.state.lock().kernels.insert((device, kernel), (image, name.to_string()));
     }
 
+    pub(crate) fn global_resolved(&self, device: u32, image: usize, name: &str, addr: usize, size: usize) {
+        if size > 0 {
+            self.state.lock().globals.entry((device, image)).or_default().push((name.to_string(), addr, size));
+        }
+    }
+
     pub(crate) fn allocated(&self, addr: usize, size: usize) {
         self.state.lock().live.insert(addr, size);
     }
@@ -185,15 +201,19 @@ impl Recorder {
     /// Runs `launch`, recording it when it is the first of its kernel and configuration, or
     /// when it fails (its worker dies: the error then names the record). No lock is held
     /// while the kernel runs (it may wait for another thread's launch).
+    ///
+    /// `at` is (device, kernel handle); `read_global` reads a device global's bytes from the
+    /// worker (where the image's globals live), for a launch chosen for recording.
     pub(crate) fn around_launch(
         &self,
-        device: u32,
-        kernel: usize,
+        at: (u32, usize),
         args: &[usize],
         config: &LaunchConfig,
         arena: Option<&Arena>,
+        read_global: ReadGlobal,
         launch: impl FnOnce() -> Result<()>,
     ) -> Result<()> {
+        let (device, kernel) = at;
         let pending = if self.choosing { self.begin(device, kernel, config, arena) } else { None };
         let Some(arena) = arena else { return launch() };
         let Some(pending) = pending else {
@@ -201,7 +221,9 @@ impl Recorder {
             let launched = Launched { device, args, config, arena };
             return launch().map_err(|e| self.record_failure(kernel, &launched, e));
         };
-        let input = self.write_memory(&pending, "record_input", arena);
+        let input = self
+            .write_memory(&pending, "record_input", arena)
+            .and_then(|n| self.write_globals(&pending, read_global).map(|g| n + g));
         let outcome = launch();
         if let (Err(e), Ok(n)) = (&outcome, &input) {
             if e.is_lost() && !std::mem::replace(&mut self.state.lock().failure_recorded, true) {
@@ -271,7 +293,8 @@ impl Recorder {
             return e;
         }
         let key = (name.clone(), config.num_teams[0], config.thread_limit[0], config.with_dyn_ptr);
-        let pending = Pending { base: self.dir.join(file), name, key, allocations, image };
+        // The worker is gone, and its globals with it.
+        let pending = Pending { base: self.dir.join(file), name, key, allocations, image, globals: Vec::new() };
         self.finish_failure(&pending, l, e, None)
     }
 
@@ -342,6 +365,7 @@ impl Recorder {
             Launches::FirstOfEachConfiguration if !st.recorded.insert(key.clone()) => return None,
             Launches::FirstOfEachConfiguration => {}
         }
+        let globals = st.globals.get(&(device, image)).cloned().unwrap_or_default();
         let image = st.images.get(&(device, image)).cloned()?;
         if arena.is_none() {
             drop(st);
@@ -354,7 +378,8 @@ impl Recorder {
         }
         let allocations: Vec<(usize, usize)> = st.live.iter().map(|(&a, &s)| (a, s)).collect();
         let memory: u64 = allocations.iter().map(|&(_, s)| s as u64).sum();
-        let need = 2 * memory + image.len() as u64 + 4096 + 64 * allocations.len() as u64;
+        let global_bytes: u64 = globals.iter().map(|g| g.2 as u64 + 128).sum();
+        let need = 2 * memory + image.len() as u64 + 4096 + 64 * allocations.len() as u64 + global_bytes;
         if st.written.saturating_add(need) > self.max_bytes {
             drop(st);
             self.stop(
@@ -372,7 +397,7 @@ impl Recorder {
             self.stop(&format!("cannot create {}: {e}", self.dir.display()), &name);
             return None;
         }
-        Some(Pending { base: self.dir.join(file), name, key, allocations, image })
+        Some(Pending { base: self.dir.join(file), name, key, allocations, image, globals })
     }
 
     /// The one warning: nothing more is recorded.
@@ -381,6 +406,23 @@ impl Recorder {
         if !std::mem::replace(&mut st.stopped, true) {
             eprintln!("omptarget warning: LIBOMPTARGET_RECORD: kernel {kernel} is not recorded: {why}; nothing more is recorded");
         }
+    }
+
+    /// Writes the image's globals' bytes, one after the other, to `base.globals` (nothing
+    /// when it has none).
+    fn write_globals(&self, p: &Pending, read_global: ReadGlobal) -> io::Result<u64> {
+        if p.globals.is_empty() {
+            return Ok(0);
+        }
+        let mut bytes = Vec::new();
+        for (name, addr, size) in &p.globals {
+            let start = bytes.len();
+            bytes.resize(start + size, 0);
+            read_global(*addr, &mut bytes[start..])
+                .map_err(|e| io::Error::other(format!("cannot read the device global {name}: {}", e.reason)))?;
+        }
+        write_file(&p.base, "globals", &bytes)?;
+        Ok(bytes.len() as u64)
     }
 
     /// Writes the allocations' bytes, in address order, to `base.ext`.
@@ -427,7 +469,7 @@ unsafe fn write_raw(file: &File, mut addr: usize, mut len: usize) -> io::Result<
 
 /// Removes whatever part of a record at `base` was written.
 fn remove_record(base: &Path) {
-    for ext in ["record_input", "record_output", "image", "json"] {
+    for ext in ["record_input", "record_output", "globals", "image", "json"] {
         let _ = std::fs::remove_file(base.with_extension(ext));
     }
 }

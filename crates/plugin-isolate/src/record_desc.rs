@@ -123,6 +123,21 @@ pub(crate) fn describe(p: &Pending, l: &Launched, fault: Option<&Faulted>) -> St
             let _ = writeln!(j, "  \"InputAfterFault\": {},", !f.memory_before_launch);
         }
     }
+    if !p.globals.is_empty() {
+        let _ = writeln!(j, "  \"Globals\": {},", file("globals"));
+        let _ = writeln!(j, "  \"GlobalVariables\": [");
+        let mut offset = 0usize;
+        for (i, (name, addr, size)) in p.globals.iter().enumerate() {
+            let comma = if i + 1 < p.globals.len() { "," } else { "" };
+            let _ = writeln!(
+                j,
+                "    {{ \"Name\": {}, \"Addr\": \"0x{addr:x}\", \"Size\": {size}, \"FileOffset\": {offset} }}{comma}",
+                json_string(name)
+            );
+            offset += size;
+        }
+        let _ = writeln!(j, "  ],");
+    }
     let _ = writeln!(j, "  \"MemorySize\": {memory},");
     let _ = writeln!(j, "  \"Allocations\": [");
     let mut offset = 0usize;

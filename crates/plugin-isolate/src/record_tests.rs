@@ -2,6 +2,10 @@
 
 use super::*;
 
+fn no_globals(_: usize, _: &mut [u8]) -> Result<()> {
+    panic!("no globals were resolved")
+}
+
 #[test]
 fn sizes() {
     assert_eq!(parse_bytes("1048576"), Some(1 << 20));
@@ -40,7 +44,7 @@ fn records_the_first_launch_of_each_configuration_with_its_memory() {
         unsafe { std::ptr::write_bytes(a as *mut u8, 0xab, 16) };
         Ok(())
     };
-    rec.around_launch(0, 7, &[a + 4, 3], &config, Some(&arena), run).unwrap();
+    rec.around_launch((0, 7), &[a + 4, 3], &config, Some(&arena), &no_globals, run).unwrap();
     let input = std::fs::read(dir.join("k.record_input")).unwrap();
     let output = std::fs::read(dir.join("k.record_output")).unwrap();
     assert_eq!((input, output), (vec![0; 16], vec![0xab; 16]));
@@ -50,11 +54,11 @@ fn records_the_first_launch_of_each_configuration_with_its_memory() {
     assert!(json.contains("{ \"Value\": \"0x3\" }"), "{json}");
     // The same configuration again: not recorded (the output stays what it was).
     std::fs::remove_file(dir.join("k.json")).unwrap();
-    rec.around_launch(0, 7, &[a], &config, Some(&arena), || Ok(())).unwrap();
+    rec.around_launch((0, 7), &[a], &config, Some(&arena), &no_globals, || Ok(())).unwrap();
     assert!(!dir.join("k.json").exists());
     // Another configuration: a second record.
     let other = LaunchConfig { num_teams: [4, 0, 0], ..config };
-    rec.around_launch(0, 7, &[a], &other, Some(&arena), || Ok(())).unwrap();
+    rec.around_launch((0, 7), &[a], &other, Some(&arena), &no_globals, || Ok(())).unwrap();
     assert!(dir.join("k-2.json").exists());
     std::fs::remove_dir_all(&dir).unwrap();
 }
@@ -75,7 +79,7 @@ fn over_the_limit_nothing_is_written() {
     rec.image_loaded(0, 0, b"IMAGE");
     rec.kernel_resolved(0, 1, 0, "big");
     let mut ran = false;
-    rec.around_launch(0, 1, &[a], &LaunchConfig::default(), Some(&arena), || {
+    rec.around_launch((0, 1), &[a], &LaunchConfig::default(), Some(&arena), &no_globals, || {
         ran = true;
         Ok(())
     })
@@ -99,9 +103,9 @@ fn a_full_disk_stops_recording_and_leaves_no_partial_record() {
     rec.image_loaded(0, 0, b"IMAGE");
     rec.kernel_resolved(0, 1, 0, "k");
     rec.kernel_resolved(0, 2, 0, "other");
-    rec.around_launch(0, 1, &[a], &LaunchConfig::default(), Some(&arena), || Ok(())).unwrap();
+    rec.around_launch((0, 1), &[a], &LaunchConfig::default(), Some(&arena), &no_globals, || Ok(())).unwrap();
     assert!(rec.state.lock().stopped);
-    rec.around_launch(0, 2, &[a], &LaunchConfig::default(), Some(&arena), || Ok(())).unwrap();
+    rec.around_launch((0, 2), &[a], &LaunchConfig::default(), Some(&arena), &no_globals, || Ok(())).unwrap();
     let left: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert!(left.is_empty(), "{left:?}");
     std::fs::remove_dir_all(&dir).unwrap();
@@ -131,7 +135,7 @@ fn kernel_and_launch_choose_what_is_recorded() {
             unsafe { std::ptr::write_bytes(a as *mut u8, value, 8) };
             Ok(())
         };
-        rec.around_launch(0, kernel, &[a], &config, Some(&arena), run).unwrap();
+        rec.around_launch((0, kernel), &[a], &config, Some(&arena), &no_globals, run).unwrap();
     }
     // main_l5 never matches; the second launch of main_l14 (the fourth in all) is the one,
     // with the memory the third left.
@@ -170,10 +174,12 @@ fn without_record_only_the_launch_that_fails_is_recorded_with_the_memory_it_left
     rec.image_loaded(0, 0, b"IMAGE");
     rec.kernel_resolved(0, 7, 0, "k");
     let config = LaunchConfig { with_dyn_ptr: true, ..LaunchConfig::default() };
-    rec.around_launch(0, 7, &[a], &config, Some(&arena), || Ok(())).unwrap();
+    rec.around_launch((0, 7), &[a], &config, Some(&arena), &no_globals, || Ok(())).unwrap();
     assert!(!dir.exists(), "a launch that works is not recorded");
     // Not a lost device: the device still works, nothing is recorded.
-    let e = rec.around_launch(0, 7, &[a], &config, Some(&arena), || Err(PluginError::failed("no"))).unwrap_err();
+    let e = rec
+        .around_launch((0, 7), &[a], &config, Some(&arena), &no_globals, || Err(PluginError::failed("no")))
+        .unwrap_err();
     assert_eq!(e, PluginError::failed("no"));
     assert!(!dir.exists());
     let faulting = || {
@@ -181,7 +187,7 @@ fn without_record_only_the_launch_that_fails_is_recorded_with_the_memory_it_left
         unsafe { std::ptr::write_bytes(a as *mut u8, 0xab, 16) };
         Err(lost())
     };
-    let e = rec.around_launch(0, 7, &[a, 5], &config, Some(&arena), faulting).unwrap_err();
+    let e = rec.around_launch((0, 7), &[a, 5], &config, Some(&arena), &no_globals, faulting).unwrap_err();
     assert!(e.is_lost());
     let want = format!(
         "{}; the launch is recorded in {}: replay it with omp-replay",
@@ -200,7 +206,7 @@ fn without_record_only_the_launch_that_fails_is_recorded_with_the_memory_it_left
     );
     assert!(!json.contains("\"Output\""), "{json}");
     // The worker is gone: later launches fail the same way and are not recorded again.
-    let again = rec.around_launch(0, 7, &[a], &config, Some(&arena), || Err(lost())).unwrap_err();
+    let again = rec.around_launch((0, 7), &[a], &config, Some(&arena), &no_globals, || Err(lost())).unwrap_err();
     assert_eq!(again, lost());
     std::fs::remove_dir_all(&dir).unwrap();
     // LIBOMPTARGET_RECORD_MAX=0: nothing is recorded, not even a failure.
@@ -222,7 +228,7 @@ fn a_chosen_launch_that_fails_keeps_the_memory_from_before_it() {
         unsafe { std::ptr::write_bytes(a as *mut u8, 7, 8) };
         Err(lost())
     };
-    let e = rec.around_launch(0, 1, &[a], &LaunchConfig::default(), Some(&arena), faulting).unwrap_err();
+    let e = rec.around_launch((0, 1), &[a], &LaunchConfig::default(), Some(&arena), &no_globals, faulting).unwrap_err();
     assert!(
         e.reason.ends_with(&format!("recorded in {}: replay it with omp-replay", dir.join("k.json").display())),
         "{e}"
@@ -255,10 +261,34 @@ fn launch_all_records_every_launch() {
             unsafe { std::ptr::write_bytes(a as *mut u8, value, 8) };
             Ok(())
         };
-        rec.around_launch(0, 1, &[a], &LaunchConfig::default(), Some(&arena), run).unwrap();
+        rec.around_launch((0, 1), &[a], &LaunchConfig::default(), Some(&arena), &no_globals, run).unwrap();
     }
     assert_eq!(std::fs::read(dir.join("k.record_output")).unwrap(), vec![1; 8]);
     assert_eq!(std::fs::read(dir.join("k-2.record_input")).unwrap(), vec![1; 8]);
     assert_eq!(std::fs::read(dir.join("k-3.record_output")).unwrap(), vec![3; 8]);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_chosen_launch_records_its_images_globals_before_it_runs() {
+    let dir = std::env::temp_dir().join(format!("omp-record-globals-{}", std::process::id()));
+    let rec =
+        Recorder::from_vars(|k| (k == "LIBOMPTARGET_RECORD").then(|| dir.to_string_lossy().into_owned())).unwrap();
+    let arena = Arena::create(1 << 24).unwrap();
+    rec.image_loaded(0, 0, b"IMAGE");
+    rec.kernel_resolved(0, 1, 0, "k");
+    rec.global_resolved(0, 0, "scale", 0x5000, 8);
+    rec.global_resolved(0, 0, "flag", 0x6000, 4);
+    rec.global_resolved(0, 0, "unsized", 0x7000, 0);
+    let worker_memory = |addr: usize, buf: &mut [u8]| {
+        buf.fill((addr >> 12) as u8);
+        Ok(())
+    };
+    rec.around_launch((0, 1), &[], &LaunchConfig::default(), Some(&arena), &worker_memory, || Ok(())).unwrap();
+    assert_eq!(std::fs::read(dir.join("k.globals")).unwrap(), [vec![5; 8], vec![6; 4]].concat());
+    let json = std::fs::read_to_string(dir.join("k.json")).unwrap();
+    assert!(json.contains("\"Globals\": \"k.globals\""), "{json}");
+    assert!(json.contains("{ \"Name\": \"flag\", \"Addr\": \"0x6000\", \"Size\": 4, \"FileOffset\": 8 }"), "{json}");
+    assert!(!json.contains("unsized"), "a global of unknown size is not recorded: {json}");
     std::fs::remove_dir_all(&dir).unwrap();
 }

@@ -46,8 +46,20 @@ pub struct Description {
     pub output: Option<String>,
     /// How the recorded launch failed (its worker died), for a record of such a launch.
     pub fault: Option<Fault>,
+    /// `.globals`, the image's device globals before the launch, when it has any.
+    pub globals: Option<String>,
+    pub variables: Vec<Variable>,
     pub memory_size: u64,
     pub allocations: Vec<Allocation>,
+}
+
+/// A device global (`declare target` variable) of the image: its name, size, and where its
+/// bytes are in `.globals`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Variable {
+    pub name: String,
+    pub size: usize,
+    pub file_offset: u64,
 }
 
 /// A record of a launch that failed: the error it failed with, and whether its memory is as
@@ -200,6 +212,25 @@ impl Description {
             (Some(_), None) => None,
             _ => Some(sibling(&v, "Output")?),
         };
+        let (globals, variables) = match v.get("Globals") {
+            None => (None, Vec::new()),
+            Some(_) => {
+                let mut vars = Vec::new();
+                let mut offset = 0u64;
+                for (i, g) in array(&v, "GlobalVariables")?.iter().enumerate() {
+                    let file_offset = number(g, "FileOffset")?;
+                    if file_offset != offset {
+                        return Err(bad(format!(
+                            "global variable {i} says its bytes start at {file_offset}, they start at {offset}"
+                        )));
+                    }
+                    let size = size(g, "Size")?;
+                    offset = offset.checked_add(size as u64).ok_or_else(|| bad("the global variables overflow"))?;
+                    vars.push(Variable { name: text(g, "Name")?.to_string(), size, file_offset });
+                }
+                (Some(sibling(&v, "Globals")?), vars)
+            }
+        };
         Ok(Description {
             producer,
             name: text(&v, "Name")?.to_string(),
@@ -216,6 +247,8 @@ impl Description {
             input: sibling(&v, "Input")?,
             output,
             fault,
+            globals,
+            variables,
             memory_size,
             allocations,
         })
@@ -228,6 +261,8 @@ pub struct Record {
     pub desc: Description,
     pub image: PathBuf,
     pub input: PathBuf,
+    /// The image's device globals before the launch, when it has any.
+    pub globals: Option<PathBuf>,
     /// The memory after the kernel (none for a launch that failed).
     pub output: Option<PathBuf>,
 }
@@ -278,7 +313,14 @@ impl Record {
             }
             (None, _) => None,
         };
-        Ok(Record { desc, image, input, output })
+        let globals = match &desc.globals {
+            Some(g) => {
+                let total: u64 = desc.variables.iter().map(|v| v.size as u64).sum();
+                Some(check(g, total, "the device globals before the launch")?)
+            }
+            None => None,
+        };
+        Ok(Record { desc, image, input, globals, output })
     }
 }
 
@@ -330,6 +372,22 @@ mod tests {
         assert!(err("\"Output\": \"k.record_output\", ", "").contains("\"Output\" is missing"));
         let half = GOOD.replace("\"Output\": \"k.record_output\",", "\"Fault\": \"x\",");
         assert!(Description::parse(&half).unwrap_err().to_string().contains("\"InputAfterFault\" is missing"));
+    }
+
+    #[test]
+    fn globals_are_read_and_checked() {
+        let with = GOOD.replace(
+            "\"MemorySize\": 96,",
+            "\"Globals\": \"k.globals\", \"GlobalVariables\": [ { \"Name\": \"scale\", \"Addr\": \"0x5000\", \
+             \"Size\": 8, \"FileOffset\": 0 }, { \"Name\": \"n\", \"Size\": 4, \"FileOffset\": 8 } ], \"MemorySize\": 96,",
+        );
+        let d = Description::parse(&with).unwrap();
+        assert_eq!(d.globals.as_deref(), Some("k.globals"));
+        assert_eq!(d.variables[1], Variable { name: "n".into(), size: 4, file_offset: 8 });
+        let lying = with.replace("\"FileOffset\": 8 }", "\"FileOffset\": 9 }");
+        let e = Description::parse(&lying).unwrap_err().to_string();
+        assert!(e.contains("global variable 1 says its bytes start at 9, they start at 8"), "{e}");
+        assert!(Description::parse(GOOD).unwrap().globals.is_none());
     }
 
     #[test]

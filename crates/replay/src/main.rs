@@ -3,7 +3,7 @@
 
 use omp_replay::check;
 use omp_replay::kernel::{self, Kernel};
-use omp_replay::memory::DeviceMemory;
+use omp_replay::memory::{self, DeviceMemory};
 use omp_replay::{Record, ReplayError};
 use std::fs::File;
 use std::path::PathBuf;
@@ -70,6 +70,25 @@ fn flush_c_output() {
     unsafe { libc::fflush(std::ptr::null_mut()) };
 }
 
+/// Where the image loaded here holds each recorded device global: its own variable of that
+/// name and size, or an error naming the one that is not.
+fn variables(k: &Kernel, d: &omp_replay::Description) -> Result<Vec<usize>, ReplayError> {
+    d.variables
+        .iter()
+        .map(|v| match k.variable(&v.name) {
+            Some((addr, size)) if size == v.size => Ok(addr),
+            Some((_, size)) => Err(ReplayError::new(format!(
+                "the device image's global {} has {size} bytes, the record {}: the record is not this image's",
+                v.name, v.size
+            ))),
+            None => Err(ReplayError::new(format!(
+                "the device image defines no global {}: the record is not this image's",
+                v.name
+            ))),
+        })
+        .collect()
+}
+
 fn replay(o: &Options) -> Result<bool, ReplayError> {
     let record = Record::open(&o.desc, o.verify)?;
     let d = &record.desc;
@@ -82,6 +101,10 @@ fn replay(o: &Options) -> Result<bool, ReplayError> {
     let memory = DeviceMemory::map(&d.allocations)?;
     kernel::preload(&d.libraries);
     let k = Kernel::load(&record.image, &d.name, d.with_dyn_ptr, &args)?;
+    let globals = match &record.globals {
+        Some(path) => Some((open(path)?, variables(&k, d)?)),
+        None => None,
+    };
     omp_replay::shape::set(o.teams, o.threads);
     println!(
         "omp-replay: kernel {} ({} arguments), {} allocations ({} bytes) at their recorded addresses",
@@ -104,6 +127,13 @@ fn replay(o: &Options) -> Result<bool, ReplayError> {
     for run in 1..=o.repeat {
         let t0 = Instant::now();
         memory.restore(&input)?;
+        if let Some((file, places)) = &globals {
+            for (v, &addr) in d.variables.iter().zip(places) {
+                // SAFETY: `addr` is the image's own variable of `v.size` bytes (checked by
+                // `variables`), written by no one else while no kernel runs.
+                unsafe { memory::read_at(file, addr, v.size, v.file_offset) }?;
+            }
+        }
         let t1 = Instant::now();
         // SAFETY: the recorded memory is mapped and restored just above.
         unsafe { k.run() };

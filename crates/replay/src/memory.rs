@@ -94,23 +94,9 @@ impl DeviceMemory {
     /// Fills every allocation from `file` (`.record_input`), at its file offset.
     pub fn restore(&self, file: &File) -> Result<(), ReplayError> {
         for a in &self.allocations {
-            let (mut addr, mut left, mut off) = (a.addr, a.size, a.file_offset);
-            while left > 0 {
-                // SAFETY: `[addr, addr+left)` lies in a page range mapped read-write by
-                // `map` (every allocation is covered), and no kernel runs during a restore.
-                let n = unsafe { libc::pread(file.as_raw_fd(), addr as *mut libc::c_void, left, off as libc::off_t) };
-                if n < 0 {
-                    let e = io::Error::last_os_error();
-                    if e.kind() == io::ErrorKind::Interrupted {
-                        continue;
-                    }
-                    return Err(ReplayError::new(format!("cannot read the recorded device memory: {e}")));
-                }
-                if n == 0 {
-                    return Err(ReplayError::new("the recorded device memory file ended early"));
-                }
-                (addr, left, off) = (addr + n as usize, left - n as usize, off + n as u64);
-            }
+            // SAFETY: `[a.addr, a.addr+a.size)` lies in a page range mapped read-write by
+            // `map` (every allocation is covered), and no kernel runs during a restore.
+            unsafe { read_at(file, a.addr, a.size, a.file_offset) }?;
         }
         Ok(())
     }
@@ -143,6 +129,30 @@ impl DeviceMemory {
         }
         Ok(None)
     }
+}
+
+/// Reads `len` bytes of `file` at `off` into this process's memory at `addr`.
+///
+/// # Safety
+/// `[addr, addr+len)` must be mapped writable and hold nothing anyone else reads or writes
+/// meanwhile (no Rust object, no running kernel).
+pub unsafe fn read_at(file: &File, mut addr: usize, mut len: usize, mut off: u64) -> Result<(), ReplayError> {
+    while len > 0 {
+        // SAFETY: the caller's promise about `[addr, addr+len)`.
+        let n = unsafe { libc::pread(file.as_raw_fd(), addr as *mut libc::c_void, len, off as libc::off_t) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(ReplayError::new(format!("cannot read the recorded device memory: {e}")));
+        }
+        if n == 0 {
+            return Err(ReplayError::new("the recorded device memory file ended early"));
+        }
+        (addr, len, off) = (addr + n as usize, len - n as usize, off + n as u64);
+    }
+    Ok(())
 }
 
 impl Drop for DeviceMemory {
