@@ -1,7 +1,7 @@
 //! One isolated device: the HAL's operations as requests to the worker, or as plain copies
 //! into the device memory shared with it (the arena); in check mode, tracked launches.
 
-use crate::{Shared, State};
+use crate::{Running, Shared, State};
 use omp_plugin::{
     host_memory, AccessTracking, AllocKind, Device, Fault, GlobalSymbol, ImageId, KernelId, LaunchConfig, PageAccess,
     PluginError, Result,
@@ -30,21 +30,20 @@ impl IsolateDevice {
     /// Launches in the worker, without tracking (kernels never run in this process: a bad
     /// kernel or argument harms only the worker); recorded under `LIBOMPTARGET_RECORD`.
     fn launch_untracked(&self, kernel: KernelId, args: &[usize], config: &LaunchConfig) -> Result<()> {
+        let r = self.shared.worker()?;
         match &self.shared.record {
             Some(rec) => {
-                let r = self.shared.worker()?;
-                let launch = || self.send_launch(kernel, args, config);
+                let launch = || self.send_launch(&r, kernel, args, config);
                 let read_global = |addr: usize, buf: &mut [u8]| {
                     r.worker.read_into(self.index, addr as u64, buf).map_err(|e| error(&r.worker, e))
                 };
                 rec.around_launch((self.index, kernel.raw()), args, config, r.arena.as_ref(), &read_global, launch)
             }
-            None => self.send_launch(kernel, args, config),
+            None => self.send_launch(&r, kernel, args, config),
         }
     }
 
-    fn send_launch(&self, kernel: KernelId, args: &[usize], config: &LaunchConfig) -> Result<()> {
-        let r = self.shared.worker()?;
+    fn send_launch(&self, r: &Running, kernel: KernelId, args: &[usize], config: &LaunchConfig) -> Result<()> {
         let w = &r.worker;
         match with_launch_request(self.index, kernel, args, config, |req| w.call(req)) {
             Ok(_) => Ok(()),
