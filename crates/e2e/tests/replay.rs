@@ -250,7 +250,10 @@ fn the_launch_that_faults_is_recorded_by_itself_and_replays_to_the_fault() {
     let err = text(&o.stderr);
     assert!(err.contains("ended: killed by signal 11 (SIGSEGV)"), "{err}");
     let desc = named_record(&err);
-    assert!(desc.starts_with(tmp.join("omp-records-")), "{}", desc.display());
+    assert_eq!(desc.parent().unwrap().parent(), Some(tmp.as_path()), "{}", desc.display());
+    let dir_name = desc.parent().unwrap().file_name().unwrap().to_str().unwrap();
+    let pid = dir_name.strip_prefix("omp-records-").unwrap_or_default();
+    assert!(!pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()), "$TMPDIR/omp-records-PID: {dir_name}");
     assert_eq!(descriptions(desc.parent().unwrap()), vec![desc.clone()], "the failed launch only");
     let j = json(&desc);
     assert!(j["Fault"].as_str().unwrap().contains("(SIGSEGV)"), "{j}");
