@@ -14,9 +14,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 LAUNCHES=${1:-5000}
-RUNS=${2:-3}
-STREAM_MIB=${STREAM_MIB:-4}
-STREAM_ITERS=${STREAM_ITERS:-8}
+RUNS=${2:-5}
+STREAM_MIB=${STREAM_MIB:-2}
+STREAM_ITERS=${STREAM_ITERS:-4}
 DIST=${OMP_REPLAY_DIST:-dist}
 OUT=$(mktemp -d)
 trap 'rm -rf "$OUT"' EXIT
@@ -63,6 +63,6 @@ iso LIBOMPTARGET_RECORD="$OUT/big" "$OUT/record" big >/dev/null
 REPLAY=$("$DIST/bin/omp-replay" "$OUT"/big/*.json --repeat 6)
 FIRST=$(echo "$REPLAY" | sed -n 's/^run 1: .*(restore \([0-9.]*\) ms)/\1/p')
 LATER=$(echo "$REPLAY" | sed -n 's/^run [2-9]: .*(restore \([0-9.]*\) ms)/\1/p' | sort -g | head -1)
-MEMCPY=$(best memcpy_ms "$OUT/record" memcpy)
+MEMCPY=$(best memcpy_ms env LD_LIBRARY_PATH="$DIST/lib" "$OUT/record" memcpy)
 printf 'memcpy 64 MiB %.3f ms; restore: first %.3f ms (%sx), later best %.3f ms (%sx)\n' \
   "$MEMCPY" "$FIRST" "$(ratio "$FIRST" "$MEMCPY")" "$LATER" "$(ratio "$LATER" "$MEMCPY")"

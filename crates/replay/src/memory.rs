@@ -101,6 +101,29 @@ impl DeviceMemory {
         Ok(())
     }
 
+    /// The allocations' bytes now, one after the other in address order (the layout of
+    /// `.record_input`): kept by `--repeat` to restore later runs with a plain copy.
+    pub fn snapshot(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.allocations.iter().map(|a| a.size).sum());
+        for a in &self.allocations {
+            // SAFETY: `[a.addr, a.addr+a.size)` lies in a page range mapped by `map`; no kernel
+            // runs while the snapshot is taken, so nothing writes it while this slice lives.
+            out.extend_from_slice(unsafe { std::slice::from_raw_parts(a.addr as *const u8, a.size) });
+        }
+        out
+    }
+
+    /// Fills every allocation from `snapshot` (what [`DeviceMemory::snapshot`] returned).
+    pub fn restore_from(&self, snapshot: &[u8]) {
+        for a in &self.allocations {
+            let from = &snapshot[a.file_offset as usize..a.file_offset as usize + a.size];
+            // SAFETY: the destination lies in a page range mapped read-write by `map`, the
+            // source is a slice of the same length that cannot overlap it (a heap buffer),
+            // and no kernel runs during a restore.
+            unsafe { std::ptr::copy_nonoverlapping(from.as_ptr(), a.addr as *mut u8, a.size) };
+        }
+    }
+
     /// The first difference between the allocations now and `file` (`.record_output`).
     pub fn compare(&self, file: &File) -> Result<Option<Difference>, ReplayError> {
         use std::os::unix::fs::FileExt;
@@ -191,6 +214,13 @@ mod tests {
         assert!(taken.contains("already uses"), "{taken}");
         mem.restore(&File::open(dir.join("in")).unwrap()).unwrap();
         // SAFETY: mapped above, 8 bytes at base+16.
+        assert_eq!(unsafe { *((base + 17) as *const u8) }, 2);
+        let saved = mem.snapshot();
+        assert_eq!(saved, [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]);
+        // SAFETY: as above.
+        unsafe { *((base + 17) as *mut u8) = 77 };
+        mem.restore_from(&saved);
+        // SAFETY: as above.
         assert_eq!(unsafe { *((base + 17) as *const u8) }, 2);
         assert_eq!(mem.compare(&File::open(dir.join("in")).unwrap()).unwrap(), None);
         let d = mem.compare(&File::open(dir.join("out")).unwrap()).unwrap().unwrap();
