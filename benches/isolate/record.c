@@ -3,7 +3,7 @@
 //   stream N MIB    a BabelStream-like loop (copy, mul, add, triad on three MIB-MiB arrays
 //                   mapped once), N iterations: ms per iteration
 //   big             one kernel over a 64 MiB array (what omp-replay restores)
-//   memcpy          ms for the best of 5 memcpys of 64 MiB (warm pages)
+//   memcpy          ms for the best of 10 memcpys of 64 MiB (warm pages)
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,7 +14,7 @@ static double best_memcpy_ms(size_t bytes) {
   memset(a, 1, bytes);
   memset(b, 2, bytes);
   double best = 1e30;
-  for (int r = 0; r < 5; r++) {
+  for (int r = 0; r < 10; r++) {
     double t0 = omp_get_wtime();
     memcpy(b, a, bytes);
     __asm__ volatile("" : : "r"(b) : "memory");  // the copy is used: not elided
