@@ -119,6 +119,7 @@ bench: setup dist
 	./scripts/bench-fortran.sh
 	./scripts/bench-driver.sh
 	./scripts/bench-declare-target.sh
+	./scripts/bench-replay.sh
 
 fmt:
 	$(CARGO) fmt --all

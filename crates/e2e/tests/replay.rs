@@ -175,11 +175,8 @@ fn over_the_size_limit_one_warning_and_nothing_written() {
 
 #[cfg_attr(omp_e2e, test)]
 fn a_replay_under_gdb_stops_at_the_kernels_line() {
-    if Command::new("gdb").arg("--version").output().is_err() {
-        return skip_without(
-            "a_replay_under_gdb_stops_at_the_kernels_line",
-            "gdb is not installed (scripts/setup.sh installs it)",
-        );
+    if gdb_missing("a_replay_under_gdb_stops_at_the_kernels_line") {
+        return;
     }
     let desc = recorded_one("replay/saxpy.c", Llvm::V22, "saxpy sum=249985000.0");
     let o = Command::new("gdb")
@@ -224,4 +221,124 @@ fn record_kernel_and_launch_choose_the_launch() {
     assert_eq!(y1, 3.5, "y[1] after the first launch (1 + 2.5 * 1)");
     let o = replay(&[descs[0].to_str().unwrap(), "--verify"]);
     assert!(o.status.success(), "{}\n{}", text(&o.stdout), text(&o.stderr));
+}
+
+/// The description a failed launch's error names (`… recorded in PATH: replay it with omp-replay`).
+fn named_record(stderr: &str) -> PathBuf {
+    let after =
+        stderr.split("; the launch is recorded in ").nth(1).unwrap_or_else(|| panic!("no record named:\n{stderr}"));
+    PathBuf::from(after.split(": replay it with omp-replay").next().unwrap())
+}
+
+fn gdb_missing(test: &str) -> bool {
+    let missing = Command::new("gdb").arg("--version").output().is_err();
+    if missing {
+        skip_without(test, "gdb is not installed (scripts/setup.sh installs it)");
+    }
+    missing
+}
+
+#[cfg_attr(omp_e2e, test)]
+fn the_launch_that_faults_is_recorded_by_itself_and_replays_to_the_fault() {
+    // isolate/sum.c reads a host array that was never mapped: on the isolated device its
+    // kernel faults. No LIBOMPTARGET_RECORD: the record goes to $TMPDIR/omp-records-PID.
+    let exe = build(Llvm::V22, "isolate/sum.c");
+    let tmp = exe.parent().unwrap().join("tmp");
+    std::fs::create_dir_all(&tmp).unwrap();
+    let o = run_with(&exe, &dist_lib(), &[("LIBOMPTARGET_ISOLATE", "1"), ("TMPDIR", tmp.to_str().unwrap())]);
+    assert!(!o.status.success());
+    let err = text(&o.stderr);
+    assert!(err.contains("ended: killed by signal 11 (SIGSEGV)"), "{err}");
+    let desc = named_record(&err);
+    assert_eq!(desc.parent().unwrap().parent(), Some(tmp.as_path()), "{}", desc.display());
+    let dir_name = desc.parent().unwrap().file_name().unwrap().to_str().unwrap();
+    let pid = dir_name.strip_prefix("omp-records-").unwrap_or_default();
+    assert!(!pid.is_empty() && pid.bytes().all(|b| b.is_ascii_digit()), "$TMPDIR/omp-records-PID: {dir_name}");
+    assert_eq!(descriptions(desc.parent().unwrap()), vec![desc.clone()], "the failed launch only");
+    let j = json(&desc);
+    assert!(j["Fault"].as_str().unwrap().contains("(SIGSEGV)"), "{j}");
+    assert_eq!(j["InputAfterFault"], true, "{j}");
+    assert!(j.get("Output").is_none(), "{j}");
+    let d = desc.to_str().unwrap();
+
+    // Nothing to verify against; --check names the unmapped read.
+    let o = replay(&[d, "--verify"]);
+    assert_eq!(o.status.code(), Some(2), "{}", text(&o.stderr));
+    assert!(text(&o.stderr).contains("no memory after the kernel to verify against"), "{}", text(&o.stderr));
+    let o = replay(&[d, "--check"]);
+    assert_eq!(o.status.code(), Some(1), "{}\n{}", text(&o.stdout), text(&o.stderr));
+    assert!(text(&o.stdout).contains("omp-replay: the recorded launch failed ("), "{}", text(&o.stdout));
+    let err = text(&o.stderr);
+    assert!(err.starts_with("omp-replay: check: the kernel read 0x"), "{err}");
+    assert!(err.contains(", no recorded device memory (a host pointer"), "{err}");
+
+    if gdb_missing("the_launch_that_faults_is_recorded_by_itself_and_replays_to_the_fault") {
+        return;
+    }
+    let o = Command::new("gdb")
+        .args(["-nx", "-batch", "-ex", "run", "-ex", "kill", "--args"])
+        .arg(repo_root().join("dist/bin/omp-replay"))
+        .arg(&desc)
+        .env_remove("LD_LIBRARY_PATH")
+        .output()
+        .expect("run gdb");
+    let s = text(&o.stdout);
+    assert!(s.contains("received signal SIGSEGV"), "{s}\n{}", text(&o.stderr));
+    assert!(s.contains("sum.c:6"), "the kernel's line: {s}");
+}
+
+#[cfg_attr(omp_e2e, test)]
+fn check_names_a_read_past_the_array() {
+    // Recorded under the checker: the first launch is chosen, its memory written before it
+    // ran; the read of x[n] faults on the page after x, so the launch fails and is kept.
+    let exe = build(Llvm::V22, "replay/read_past.c");
+    let (o, rec) = record(&exe, &[("LIBOMPTARGET_CHECK", "1")]);
+    assert!(!o.status.success());
+    let desc = named_record(&text(&o.stderr));
+    assert_eq!(descriptions(&rec), vec![desc.clone()]);
+    assert_eq!(json(&desc)["InputAfterFault"], false);
+    let o = replay(&[desc.to_str().unwrap(), "--check"]);
+    assert_eq!(o.status.code(), Some(1), "{}\n{}", text(&o.stdout), text(&o.stderr));
+    let err = text(&o.stderr);
+    assert!(err.starts_with("omp-replay: check: the kernel read 0x"), "{err}");
+    assert!(err.contains(", 0 bytes past the end of allocation ") && err.contains(", 8000 bytes)"), "{err}");
+
+    // A correct kernel: nothing to say.
+    let desc = recorded_one("replay/saxpy.c", Llvm::V22, "saxpy sum=249985000.0");
+    let o = replay(&[desc.to_str().unwrap(), "--check", "--verify"]);
+    assert!(o.status.success(), "{}\n{}", text(&o.stdout), text(&o.stderr));
+    assert!(text(&o.stdout).contains("omp-replay: check: no access outside the recorded allocations"));
+}
+
+#[cfg_attr(omp_e2e, test)]
+fn teams_and_threads_replace_the_kernels_own_clauses() {
+    // replay/shape.c's kernel has num_teams(1) thread_limit(2) and num_threads(2), and writes
+    // the teams and threads it ran with into shape[0] and shape[1].
+    let desc = recorded_one("replay/shape.c", Llvm::V22, "teams=1 threads=2");
+    let d = desc.to_str().unwrap();
+    let o = replay(&[d, "--verify"]);
+    assert!(o.status.success(), "{}\n{}", text(&o.stdout), text(&o.stderr));
+    let o = replay(&[d, "--verify", "--threads", "1"]);
+    assert_eq!(o.status.code(), Some(1), "{}\n{}", text(&o.stdout), text(&o.stderr));
+    assert!(text(&o.stdout).contains("differs at offset 4: recorded 0x02, replayed 0x01"), "{}", text(&o.stdout));
+    let o = replay(&[d, "--verify", "--teams", "2", "--threads", "1"]);
+    assert_eq!(o.status.code(), Some(1), "{}\n{}", text(&o.stdout), text(&o.stderr));
+    assert!(text(&o.stdout).contains("differs at offset 0: recorded 0x01, replayed 0x02"), "{}", text(&o.stdout));
+}
+
+#[cfg_attr(omp_e2e, test)]
+fn a_declare_target_global_set_by_the_host_is_restored() {
+    // replay/globals.c sets `scale` (declare target, 1.0 in the image) to 3.0 on the device
+    // before the launch: the replay verifies only if it sees 3.0 again.
+    let desc = recorded_one("replay/globals.c", Llvm::V22, "y=3 6 9 12");
+    let j = json(&desc);
+    assert_eq!(j["GlobalVariables"][0]["Name"], "scale", "{j}");
+    let globals = std::fs::read(desc.with_extension("globals")).unwrap();
+    assert_eq!(globals, 3.0f64.to_le_bytes(), "the value the host set");
+    let o = replay(&[desc.to_str().unwrap(), "--verify", "--repeat", "2"]);
+    assert!(o.status.success(), "{}\n{}", text(&o.stdout), text(&o.stderr));
+    // Without the recorded value the kernel multiplies by the image's 1.0.
+    std::fs::write(desc.with_extension("globals"), 1.0f64.to_le_bytes()).unwrap();
+    let o = replay(&[desc.to_str().unwrap(), "--verify"]);
+    assert_eq!(o.status.code(), Some(1), "{}\n{}", text(&o.stdout), text(&o.stderr));
 }

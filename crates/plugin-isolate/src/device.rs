@@ -1,7 +1,7 @@
 //! One isolated device: the HAL's operations as requests to the worker, or as plain copies
 //! into the device memory shared with it (the arena); in check mode, tracked launches.
 
-use crate::{Shared, State};
+use crate::{Running, Shared, State};
 use omp_plugin::{
     host_memory, AccessTracking, AllocKind, Device, Fault, GlobalSymbol, ImageId, KernelId, LaunchConfig, PageAccess,
     PluginError, Result,
@@ -30,18 +30,20 @@ impl IsolateDevice {
     /// Launches in the worker, without tracking (kernels never run in this process: a bad
     /// kernel or argument harms only the worker); recorded under `LIBOMPTARGET_RECORD`.
     fn launch_untracked(&self, kernel: KernelId, args: &[usize], config: &LaunchConfig) -> Result<()> {
+        let r = self.shared.worker()?;
         match &self.shared.record {
             Some(rec) => {
-                let arena = self.shared.worker()?;
-                let launch = || self.send_launch(kernel, args, config);
-                rec.around_launch(self.index, kernel.raw(), args, config, arena.arena.as_ref(), launch)
+                let launch = || self.send_launch(&r, kernel, args, config);
+                let read_global = |addr: usize, buf: &mut [u8]| {
+                    r.worker.read_into(self.index, addr as u64, buf).map_err(|e| error(&r.worker, e))
+                };
+                rec.around_launch((self.index, kernel.raw()), args, config, r.arena.as_ref(), &read_global, launch)
             }
-            None => self.send_launch(kernel, args, config),
+            None => self.send_launch(&r, kernel, args, config),
         }
     }
 
-    fn send_launch(&self, kernel: KernelId, args: &[usize], config: &LaunchConfig) -> Result<()> {
-        let r = self.shared.worker()?;
+    fn send_launch(&self, r: &Running, kernel: KernelId, args: &[usize], config: &LaunchConfig) -> Result<()> {
         let w = &r.worker;
         match with_launch_request(self.index, kernel, args, config, |req| w.call(req)) {
             Ok(_) => Ok(()),
@@ -117,7 +119,11 @@ impl Device for IsolateDevice {
     }
 
     fn global(&self, image: ImageId, name: &CStr) -> Result<GlobalSymbol> {
-        self.global_request(image, name)
+        let g = self.global_request(image, name)?;
+        if let Some(rec) = &self.shared.record {
+            rec.global_resolved(self.index, image.0, symbol_name(name)?, g.addr, g.size);
+        }
+        Ok(g)
     }
 
     fn alloc(&self, size: usize, _kind: AllocKind) -> Result<usize> {

@@ -14,6 +14,7 @@
 pub mod arena;
 mod device;
 mod record;
+mod record_desc;
 pub mod signals;
 mod spawn;
 pub mod track;

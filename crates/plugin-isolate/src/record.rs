@@ -4,7 +4,14 @@
 //! `NAME.record_output` (the arena's live allocations before and after the launch, one after
 //! the other in address order) and `NAME.image` (the device image).
 //! `LIBOMPTARGET_RECORD_KERNEL=REGEX` limits it to the kernels whose name matches, and
-//! `LIBOMPTARGET_RECORD_LAUNCH=N` to the N-th launch of those.
+//! `LIBOMPTARGET_RECORD_LAUNCH=N` to the N-th launch of those (`all`: every launch).
+//!
+//! Whenever the isolated device is on, with or without `LIBOMPTARGET_RECORD`, the launch that
+//! fails (its worker dies: a fault, an abort, an exit) is recorded too, and its error names
+//! the record. Its memory is the arena as the fault left it (the arena is shared memory: it
+//! outlives the worker), unless the launch was chosen for recording anyway, whose memory was
+//! written before it ran. Nothing is copied before a launch for that: a launch costs one
+//! branch more, and only a failure pays.
 //!
 //! All device memory of an isolated device is the arena, so the live allocations are every
 //! byte a launch can reach through device memory; replaying at the same addresses makes every
@@ -13,10 +20,10 @@
 //! `omptarget warning:` line, and nothing more is recorded.
 
 use crate::arena::Arena;
-use omp_plugin::{LaunchConfig, Result};
+use crate::record_desc::{describe, file_name, Faulted, Launched};
+use omp_plugin::{LaunchConfig, PluginError, Result};
 use omp_sync::Mutex;
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::fmt::Write as _;
 use std::fs::File;
 use std::io::{self, Write as _};
 use std::os::fd::AsRawFd;
@@ -29,18 +36,31 @@ pub const FORMAT_VERSION: u32 = 1;
 /// Most bytes written by default (`LIBOMPTARGET_RECORD_MAX` changes it).
 pub const DEFAULT_MAX_BYTES: u64 = 1 << 30;
 
+/// Which launches of the chosen kernels are recorded (`LIBOMPTARGET_RECORD_LAUNCH`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Launches {
+    /// Unset: the first launch of each kernel and configuration (as LLVM).
+    FirstOfEachConfiguration,
+    /// `N`: only the N-th launch (1-based) of the kernels chosen, whatever its configuration.
+    Nth(u64),
+    /// `all`: every launch, each its own record (`NAME`, `NAME-2`, …).
+    All,
+}
+
 /// What one launch configuration is recorded under: kernel name, teams, threads, `dyn_ptr`.
 type ConfigKey = (String, u32, u32, bool);
 
 /// The recorder of one plugin (all its devices share one arena).
 pub(crate) struct Recorder {
     dir: PathBuf,
+    /// `LIBOMPTARGET_RECORD` was given: launches are chosen for recording; otherwise only
+    /// the launch that fails is recorded (in `$TMPDIR/omp-records-PID`).
+    choosing: bool,
     max_bytes: u64,
     /// `LIBOMPTARGET_RECORD_KERNEL`: only kernels whose name this matches (a search, as grep).
     kernels: Option<regex::Regex>,
-    /// `LIBOMPTARGET_RECORD_LAUNCH`: only this launch (1-based, of the kernels chosen),
-    /// instead of the first of each configuration.
-    launch: Option<u64>,
+    /// `LIBOMPTARGET_RECORD_LAUNCH`: which launches of the kernels chosen.
+    launch: Launches,
     state: Mutex<RecordState>,
 }
 
@@ -48,6 +68,8 @@ pub(crate) struct Recorder {
 struct RecordState {
     /// Each loaded image's bytes, by (device, image id).
     images: HashMap<(u32, usize), Arc<[u8]>>,
+    /// Each image's globals as the runtime resolved them, by (device, image id).
+    globals: HashMap<(u32, usize), Vec<Global>>,
     /// Each resolved kernel's image and name, by (device, kernel handle).
     kernels: HashMap<(u32, usize), (usize, String)>,
     /// Live arena allocations: address -> size asked for.
@@ -61,21 +83,38 @@ struct RecordState {
     written: u64,
     /// After the one warning, nothing more is recorded.
     stopped: bool,
+    /// A failed launch was recorded (the worker is gone: later launches fail the same way).
+    failure_recorded: bool,
 }
 
+/// Reads `buf.len()` bytes of a device global at an address of the worker.
+pub(crate) type ReadGlobal<'a> = &'a dyn Fn(usize, &mut [u8]) -> Result<()>;
+
+/// A device global (`declare target` variable) of an image: name, address in the worker, size.
+pub(crate) type Global = (String, usize, usize);
+
 /// One launch being recorded: its files' common path (without extension) and allocations.
-struct Pending {
-    base: PathBuf,
-    name: String,
+pub(crate) struct Pending {
+    pub(crate) base: PathBuf,
+    pub(crate) name: String,
     key: ConfigKey,
-    allocations: Vec<(usize, usize)>,
-    image: Arc<[u8]>,
+    pub(crate) allocations: Vec<(usize, usize)>,
+    pub(crate) image: Arc<[u8]>,
+    /// The image's globals, recorded beside the memory (`.globals`) when the launch is chosen.
+    pub(crate) globals: Vec<Global>,
+}
+
+/// Where the launch that fails is recorded when `LIBOMPTARGET_RECORD` is not set.
+fn default_dir() -> PathBuf {
+    std::env::temp_dir().join(format!("omp-records-{}", std::process::id()))
 }
 
 impl Recorder {
-    /// The recorder `LIBOMPTARGET_RECORD` and `LIBOMPTARGET_RECORD_MAX` ask for, if any.
+    /// The recorder `LIBOMPTARGET_RECORD` and `LIBOMPTARGET_RECORD_MAX` ask for: without
+    /// `LIBOMPTARGET_RECORD`, one that records only the launch that fails; none when
+    /// `LIBOMPTARGET_RECORD_MAX=0` (or when a choice of kernel or launch is not valid).
     pub(crate) fn from_vars(var: impl Fn(&str) -> Option<String>) -> Option<Recorder> {
-        let dir = var("LIBOMPTARGET_RECORD").filter(|d| !d.is_empty())?;
+        let dir = var("LIBOMPTARGET_RECORD").filter(|d| !d.is_empty());
         let max_bytes = match var("LIBOMPTARGET_RECORD_MAX") {
             None => DEFAULT_MAX_BYTES,
             Some(v) => match parse_bytes(&v) {
@@ -88,6 +127,16 @@ impl Recorder {
                     DEFAULT_MAX_BYTES
                 }
             },
+        };
+        let Some(dir) = dir else {
+            return (max_bytes > 0).then(|| Recorder {
+                dir: default_dir(),
+                choosing: false,
+                max_bytes,
+                kernels: None,
+                launch: Launches::FirstOfEachConfiguration,
+                state: Mutex::new(RecordState::default()),
+            });
         };
         let kernels = match var("LIBOMPTARGET_RECORD_KERNEL").filter(|k| !k.is_empty()) {
             None => None,
@@ -104,9 +153,10 @@ impl Recorder {
             },
         };
         let launch = match var("LIBOMPTARGET_RECORD_LAUNCH") {
-            None => None,
+            None => Launches::FirstOfEachConfiguration,
+            Some(n) if n.trim() == "all" => Launches::All,
             Some(n) => match n.trim().parse::<u64>() {
-                Ok(n) if n > 0 => Some(n),
+                Ok(n) if n > 0 => Launches::Nth(n),
                 _ => {
                     eprintln!(
                         "omptarget warning: LIBOMPTARGET_RECORD_LAUNCH={n} is not a launch number (1 is the first); \
@@ -118,6 +168,7 @@ impl Recorder {
         };
         Some(Recorder {
             dir: PathBuf::from(dir),
+            choosing: true,
             max_bytes,
             kernels,
             launch,
@@ -133,6 +184,12 @@ impl Recorder {
         self.state.lock().kernels.insert((device, kernel), (image, name.to_string()));
     }
 
+    pub(crate) fn global_resolved(&self, device: u32, image: usize, name: &str, addr: usize, size: usize) {
+        if size > 0 {
+            self.state.lock().globals.entry((device, image)).or_default().push((name.to_string(), addr, size));
+        }
+    }
+
     pub(crate) fn allocated(&self, addr: usize, size: usize) {
         self.state.lock().live.insert(addr, size);
     }
@@ -141,28 +198,46 @@ impl Recorder {
         self.state.lock().live.remove(&addr);
     }
 
-    /// Runs `launch`, recording it when it is the first of its kernel and configuration. No
-    /// lock is held while the kernel runs (it may wait for another thread's launch).
+    /// Runs `launch`, recording it when it is the first of its kernel and configuration, or
+    /// when it fails (its worker dies: the error then names the record). No lock is held
+    /// while the kernel runs (it may wait for another thread's launch).
+    ///
+    /// `at` is (device, kernel handle); `read_global` reads a device global's bytes from the
+    /// worker (where the image's globals live), for a launch chosen for recording.
     pub(crate) fn around_launch(
         &self,
-        device: u32,
-        kernel: usize,
+        at: (u32, usize),
         args: &[usize],
         config: &LaunchConfig,
         arena: Option<&Arena>,
+        read_global: ReadGlobal,
         launch: impl FnOnce() -> Result<()>,
     ) -> Result<()> {
-        let Some(pending) = self.begin(device, kernel, config, arena) else { return launch() };
+        let (device, kernel) = at;
+        let pending = if self.choosing { self.begin(device, kernel, config, arena) } else { None };
         let Some(arena) = arena else { return launch() };
-        let input = self.write_memory(&pending, "record_input", arena);
+        let Some(pending) = pending else {
+            // The launch path when nothing is chosen: only a failure does more.
+            let launched = Launched { device, args, config, arena };
+            return launch().map_err(|e| self.record_failure(kernel, &launched, e));
+        };
+        let input = self
+            .write_memory(&pending, "record_input", arena)
+            .and_then(|n| self.write_globals(&pending, read_global).map(|g| n + g));
         let outcome = launch();
-        // A launch that failed (its worker died) leaves no output to verify against.
+        if let (Err(e), Ok(n)) = (&outcome, &input) {
+            if e.is_lost() && !std::mem::replace(&mut self.state.lock().failure_recorded, true) {
+                let launched = Launched { device, args, config, arena };
+                return Err(self.finish_failure(&pending, &launched, e.clone(), Some(*n)));
+            }
+        }
+        // A launch that failed otherwise leaves no output to verify against.
         let written = match (&outcome, input) {
             (Ok(()), Ok(n)) => self
                 .write_memory(&pending, "record_output", arena)
                 .and_then(|m| write_file(&pending.base, "image", &pending.image).map(|()| n + m))
                 .and_then(|n| {
-                    let json = describe(&pending, device, args, config, arena);
+                    let json = describe(&pending, &Launched { device, args, config, arena }, None);
                     write_file(&pending.base, "json", json.as_bytes()).map(|()| n + json.len() as u64)
                 }),
             (Err(_), _) => Err(io::Error::other("the launch failed")),
@@ -171,9 +246,7 @@ impl Recorder {
         match written {
             Ok(n) => self.state.lock().written += n,
             Err(e) => {
-                for ext in ["record_input", "record_output", "image", "json"] {
-                    let _ = std::fs::remove_file(pending.base.with_extension(ext));
-                }
+                remove_record(&pending.base);
                 if outcome.is_ok() {
                     self.stop(&format!("cannot write {}: {e}", pending.base.display()), &pending.name);
                 } else {
@@ -183,6 +256,90 @@ impl Recorder {
             }
         }
         outcome
+    }
+
+    /// A launch that was not chosen failed: records it with the memory as the failure left
+    /// it, once, and returns its error naming the record.
+    #[cold]
+    fn record_failure(&self, kernel: usize, l: &Launched, e: PluginError) -> PluginError {
+        let (device, config) = (l.device, l.config);
+        if !e.is_lost() {
+            return e;
+        }
+        let mut st = self.state.lock();
+        if st.stopped || st.failure_recorded {
+            return e;
+        }
+        let Some((image, name)) = st.kernels.get(&(device, kernel)).cloned() else { return e };
+        let Some(image) = st.images.get(&(device, image)).cloned() else { return e };
+        st.failure_recorded = true;
+        let allocations: Vec<(usize, usize)> = st.live.iter().map(|(&a, &s)| (a, s)).collect();
+        let memory: u64 = allocations.iter().map(|&(_, s)| s as u64).sum();
+        let need = memory + image.len() as u64 + 4096 + 64 * allocations.len() as u64;
+        if st.written.saturating_add(need) > self.max_bytes {
+            drop(st);
+            let why = format!(
+                "recording the launch that failed would write about {need} bytes, over LIBOMPTARGET_RECORD_MAX ({} \
+                 bytes)",
+                self.max_bytes
+            );
+            self.stop(&why, &name);
+            return e;
+        }
+        let file = self.next_file_name(&mut st, &name);
+        drop(st);
+        if let Err(err) = std::fs::create_dir_all(&self.dir) {
+            self.stop(&format!("cannot create {}: {err}", self.dir.display()), &name);
+            return e;
+        }
+        let key = (name.clone(), config.num_teams[0], config.thread_limit[0], config.with_dyn_ptr);
+        // The worker is gone, and its globals with it.
+        let pending = Pending { base: self.dir.join(file), name, key, allocations, image, globals: Vec::new() };
+        self.finish_failure(&pending, l, e, None)
+    }
+
+    /// Writes a failed launch's record (its memory first, unless `input` says it was written
+    /// before the launch) and returns `e` naming it; on a write error, `e` as it was and the
+    /// one warning.
+    fn finish_failure(&self, p: &Pending, l: &Launched, e: PluginError, input: Option<u64>) -> PluginError {
+        let fault = Faulted { reason: &e.reason, memory_before_launch: input.is_some() };
+        let json = describe(p, l, Some(&fault));
+        let written = match input {
+            Some(n) => Ok(n),
+            None => self.write_memory(p, "record_input", l.arena),
+        }
+        .and_then(|n| write_file(&p.base, "image", &p.image).map(|()| n + p.image.len() as u64))
+        .and_then(|n| write_file(&p.base, "json", json.as_bytes()).map(|()| n + json.len() as u64));
+        match written {
+            Ok(n) => {
+                self.state.lock().written += n;
+                let desc = p.base.with_extension("json");
+                PluginError {
+                    kind: e.kind,
+                    reason: format!(
+                        "{}; the launch is recorded in {}: replay it with omp-replay",
+                        e.reason,
+                        desc.display()
+                    ),
+                }
+            }
+            Err(err) => {
+                remove_record(&p.base);
+                self.stop(&format!("cannot write {}: {err}", p.base.display()), &p.name);
+                e
+            }
+        }
+    }
+
+    /// The next record's file name (without extension) for kernel `name`.
+    fn next_file_name(&self, st: &mut RecordState, name: &str) -> String {
+        let n = st.per_kernel.entry(name.to_string()).or_insert(0);
+        *n += 1;
+        if *n == 1 {
+            file_name(name)
+        } else {
+            format!("{}-{n}", file_name(name))
+        }
     }
 
     /// Decides whether this launch is recorded; when it is, reserves its bytes and names it.
@@ -197,16 +354,18 @@ impl Recorder {
         }
         let key = (name.clone(), config.num_teams[0], config.thread_limit[0], config.with_dyn_ptr);
         match self.launch {
-            Some(n) => {
+            Launches::Nth(n) => {
                 st.launches += 1;
                 if st.launches != n {
                     return None;
                 }
                 st.recorded.insert(key.clone());
             }
-            None if !st.recorded.insert(key.clone()) => return None,
-            None => {}
+            Launches::All => {}
+            Launches::FirstOfEachConfiguration if !st.recorded.insert(key.clone()) => return None,
+            Launches::FirstOfEachConfiguration => {}
         }
+        let globals = st.globals.get(&(device, image)).cloned().unwrap_or_default();
         let image = st.images.get(&(device, image)).cloned()?;
         if arena.is_none() {
             drop(st);
@@ -219,7 +378,8 @@ impl Recorder {
         }
         let allocations: Vec<(usize, usize)> = st.live.iter().map(|(&a, &s)| (a, s)).collect();
         let memory: u64 = allocations.iter().map(|&(_, s)| s as u64).sum();
-        let need = 2 * memory + image.len() as u64 + 4096 + 64 * allocations.len() as u64;
+        let global_bytes: u64 = globals.iter().map(|g| g.2 as u64 + 128).sum();
+        let need = 2 * memory + image.len() as u64 + 4096 + 64 * allocations.len() as u64 + global_bytes;
         if st.written.saturating_add(need) > self.max_bytes {
             drop(st);
             self.stop(
@@ -231,15 +391,13 @@ impl Recorder {
             );
             return None;
         }
-        let n = st.per_kernel.entry(name.clone()).or_insert(0);
-        *n += 1;
-        let file = if *n == 1 { file_name(&name) } else { format!("{}-{n}", file_name(&name)) };
+        let file = self.next_file_name(&mut st, &name);
         drop(st);
         if let Err(e) = std::fs::create_dir_all(&self.dir) {
             self.stop(&format!("cannot create {}: {e}", self.dir.display()), &name);
             return None;
         }
-        Some(Pending { base: self.dir.join(file), name, key, allocations, image })
+        Some(Pending { base: self.dir.join(file), name, key, allocations, image, globals })
     }
 
     /// The one warning: nothing more is recorded.
@@ -248,6 +406,23 @@ impl Recorder {
         if !std::mem::replace(&mut st.stopped, true) {
             eprintln!("omptarget warning: LIBOMPTARGET_RECORD: kernel {kernel} is not recorded: {why}; nothing more is recorded");
         }
+    }
+
+    /// Writes the image's globals' bytes, one after the other, to `base.globals` (nothing
+    /// when it has none).
+    fn write_globals(&self, p: &Pending, read_global: ReadGlobal) -> io::Result<u64> {
+        if p.globals.is_empty() {
+            return Ok(0);
+        }
+        let mut bytes = Vec::new();
+        for (name, addr, size) in &p.globals {
+            let start = bytes.len();
+            bytes.resize(start + size, 0);
+            read_global(*addr, &mut bytes[start..])
+                .map_err(|e| io::Error::other(format!("cannot read the device global {name}: {}", e.reason)))?;
+        }
+        write_file(&p.base, "globals", &bytes)?;
+        Ok(bytes.len() as u64)
     }
 
     /// Writes the allocations' bytes, in address order, to `base.ext`.
@@ -292,33 +467,17 @@ unsafe fn write_raw(file: &File, mut addr: usize, mut len: usize) -> io::Result<
     Ok(())
 }
 
+/// Removes whatever part of a record at `base` was written.
+fn remove_record(base: &Path) {
+    for ext in ["record_input", "record_output", "globals", "image", "json"] {
+        let _ = std::fs::remove_file(base.with_extension(ext));
+    }
+}
+
 fn write_file(base: &Path, ext: &str, bytes: &[u8]) -> io::Result<()> {
     let mut f = File::create(base.with_extension(ext))?;
     f.write_all(bytes)?;
     f.flush()
-}
-
-/// A kernel name as a file name: letters, digits and `_` kept, the rest `_` (no `.`: the
-/// record's files are this name with an extension each, so a dot would cut the name short).
-fn file_name(kernel: &str) -> String {
-    let s: String = kernel.chars().map(|c| if c.is_ascii_alphanumeric() || c == '_' { c } else { '_' }).collect();
-    if s.is_empty() {
-        "kernel".to_string()
-    } else {
-        s
-    }
-}
-
-/// The libraries the worker's images bind to (this runtime and libomp), which a replay
-/// loads before the image so that it binds to the same ones.
-fn image_libraries() -> Vec<PathBuf> {
-    let mut libs: Vec<PathBuf> = Vec::new();
-    for lib in [crate::spawn::object_providing(c"__kmpc_fork_call"), crate::spawn::own_object()].into_iter().flatten() {
-        if !libs.contains(&lib) {
-            libs.push(lib);
-        }
-    }
-    libs
 }
 
 /// `1048576`, `512K`, `64M`, `2G` (powers of 1024).
@@ -333,243 +492,6 @@ fn parse_bytes(v: &str) -> Option<u64> {
     digits.parse::<u64>().ok()?.checked_mul(1 << shift)
 }
 
-fn json_string(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
-
-/// The description (`NAME.json`). Addresses and argument values are hexadecimal strings (a
-/// JSON number cannot hold every 64-bit value exactly); sizes and counts are numbers.
-fn describe(p: &Pending, device: u32, args: &[usize], config: &LaunchConfig, arena: &Arena) -> String {
-    let file = |ext: &str| {
-        json_string(
-            &p.base.with_extension(ext).file_name().map(|f| f.to_string_lossy().into_owned()).unwrap_or_default(),
-        )
-    };
-    let mut j = String::new();
-    let _ = writeln!(j, "{{");
-    let _ = writeln!(j, "  \"FormatVersion\": {FORMAT_VERSION},");
-    let _ = writeln!(j, "  \"Producer\": {},", json_string(&format!("omprs {}", env!("CARGO_PKG_VERSION"))));
-    let _ = writeln!(j, "  \"Name\": {},", json_string(&p.name));
-    let _ = writeln!(j, "  \"DeviceId\": {device},");
-    let _ = writeln!(j, "  \"Image\": {},", file("image"));
-    let _ = writeln!(j, "  \"ImageSize\": {},", p.image.len());
-    let _ = writeln!(j, "  \"NumTeams\": {},", config.num_teams[0]);
-    let _ = writeln!(j, "  \"NumThreads\": {},", config.thread_limit[0]);
-    let _ = writeln!(j, "  \"LoopTripCount\": {},", config.tripcount);
-    let _ = writeln!(j, "  \"SharedMemorySize\": {},", config.dyn_group_mem);
-    let _ = writeln!(j, "  \"WithDynPtr\": {},", config.with_dyn_ptr);
-    let _ = writeln!(j, "  \"VAllocAddr\": \"0x{:x}\",", arena.base());
-    let _ = writeln!(j, "  \"VAllocSize\": {},", arena.size());
-    let libs: Vec<String> = image_libraries().iter().map(|l| json_string(&l.to_string_lossy())).collect();
-    let _ = writeln!(j, "  \"Libraries\": [{}],", libs.join(", "));
-    let _ = writeln!(j, "  \"NumArgs\": {},", args.len());
-    let _ = writeln!(j, "  \"Args\": [");
-    for (i, &a) in args.iter().enumerate() {
-        let into = p.allocations.iter().position(|&(addr, size)| a >= addr && a < addr + size);
-        let comma = if i + 1 < args.len() { "," } else { "" };
-        match into {
-            Some(k) => {
-                let _ = writeln!(
-                    j,
-                    "    {{ \"Value\": \"0x{a:x}\", \"Allocation\": {k}, \"Offset\": {} }}{comma}",
-                    a - p.allocations[k].0
-                );
-            }
-            None => {
-                let _ = writeln!(j, "    {{ \"Value\": \"0x{a:x}\" }}{comma}");
-            }
-        }
-    }
-    let _ = writeln!(j, "  ],");
-    let memory: usize = p.allocations.iter().map(|a| a.1).sum();
-    let _ = writeln!(j, "  \"Input\": {},", file("record_input"));
-    let _ = writeln!(j, "  \"Output\": {},", file("record_output"));
-    let _ = writeln!(j, "  \"MemorySize\": {memory},");
-    let _ = writeln!(j, "  \"Allocations\": [");
-    let mut offset = 0usize;
-    for (i, &(addr, size)) in p.allocations.iter().enumerate() {
-        let comma = if i + 1 < p.allocations.len() { "," } else { "" };
-        let _ = writeln!(j, "    {{ \"Addr\": \"0x{addr:x}\", \"Size\": {size}, \"FileOffset\": {offset} }}{comma}");
-        offset += size;
-    }
-    let _ = writeln!(j, "  ]");
-    let _ = writeln!(j, "}}");
-    j
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn sizes_and_names() {
-        assert_eq!(parse_bytes("1048576"), Some(1 << 20));
-        assert_eq!(parse_bytes("64M"), Some(64 << 20));
-        assert_eq!(parse_bytes("2g"), Some(2 << 30));
-        assert_eq!(parse_bytes("x"), None);
-        assert_eq!(parse_bytes(""), None);
-        assert_eq!(parse_bytes("99999999999999999999G"), None);
-        assert_eq!(file_name("__omp_offloading_10303_2a1c3b1_sum_l5"), "__omp_offloading_10303_2a1c3b1_sum_l5");
-        assert_eq!(file_name("a/../b"), "a____b");
-        assert_eq!(file_name(".x"), "_x");
-        assert_eq!(file_name("k.a"), "k_a", "a dot would be taken for the start of an extension");
-        assert_eq!(file_name(""), "kernel");
-        assert_eq!(json_string("a\"b\\\n"), "\"a\\\"b\\\\\\u000a\"");
-    }
-
-    #[test]
-    fn off_unless_asked_and_a_bad_max_falls_back() {
-        assert!(Recorder::from_vars(|_| None).is_none());
-        let r = Recorder::from_vars(|k| match k {
-            "LIBOMPTARGET_RECORD" => Some("/tmp/x".into()),
-            "LIBOMPTARGET_RECORD_MAX" => Some("lots".into()),
-            _ => None,
-        })
-        .unwrap();
-        assert_eq!(r.max_bytes, DEFAULT_MAX_BYTES);
-    }
-
-    #[test]
-    fn records_the_first_launch_of_each_configuration_with_its_memory() {
-        let dir = std::env::temp_dir().join(format!("omp-record-test-{}", std::process::id()));
-        let rec =
-            Recorder::from_vars(|k| (k == "LIBOMPTARGET_RECORD").then(|| dir.to_string_lossy().into_owned())).unwrap();
-        let arena = Arena::create(1 << 24).unwrap();
-        let a = arena.alloc(16).unwrap();
-        rec.allocated(a, 16);
-        rec.image_loaded(0, 0, b"IMAGE");
-        rec.kernel_resolved(0, 7, 0, "k");
-        let config = LaunchConfig { with_dyn_ptr: true, ..LaunchConfig::default() };
-        let run = || {
-            // SAFETY: `a` is a 16-byte arena allocation, mapped read-write here.
-            unsafe { std::ptr::write_bytes(a as *mut u8, 0xab, 16) };
-            Ok(())
-        };
-        rec.around_launch(0, 7, &[a + 4, 3], &config, Some(&arena), run).unwrap();
-        let input = std::fs::read(dir.join("k.record_input")).unwrap();
-        let output = std::fs::read(dir.join("k.record_output")).unwrap();
-        assert_eq!((input, output), (vec![0; 16], vec![0xab; 16]));
-        assert_eq!(std::fs::read(dir.join("k.image")).unwrap(), b"IMAGE");
-        let json = std::fs::read_to_string(dir.join("k.json")).unwrap();
-        assert!(
-            json.contains(&format!("{{ \"Value\": \"0x{:x}\", \"Allocation\": 0, \"Offset\": 4 }}", a + 4)),
-            "{json}"
-        );
-        assert!(json.contains("{ \"Value\": \"0x3\" }"), "{json}");
-        // The same configuration again: not recorded (the output stays what it was).
-        std::fs::remove_file(dir.join("k.json")).unwrap();
-        rec.around_launch(0, 7, &[a], &config, Some(&arena), || Ok(())).unwrap();
-        assert!(!dir.join("k.json").exists());
-        // Another configuration: a second record.
-        let other = LaunchConfig { num_teams: [4, 0, 0], ..config };
-        rec.around_launch(0, 7, &[a], &other, Some(&arena), || Ok(())).unwrap();
-        assert!(dir.join("k-2.json").exists());
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
-
-    #[test]
-    fn over_the_limit_nothing_is_written() {
-        let dir = std::env::temp_dir().join(format!("omp-record-max-{}", std::process::id()));
-        let d = dir.to_string_lossy().into_owned();
-        let rec = Recorder::from_vars(|k| match k {
-            "LIBOMPTARGET_RECORD" => Some(d.clone()),
-            "LIBOMPTARGET_RECORD_MAX" => Some("1K".into()),
-            _ => None,
-        })
-        .unwrap();
-        let arena = Arena::create(1 << 24).unwrap();
-        let a = arena.alloc(1 << 20).unwrap();
-        rec.allocated(a, 1 << 20);
-        rec.image_loaded(0, 0, b"IMAGE");
-        rec.kernel_resolved(0, 1, 0, "big");
-        let mut ran = false;
-        rec.around_launch(0, 1, &[a], &LaunchConfig::default(), Some(&arena), || {
-            ran = true;
-            Ok(())
-        })
-        .unwrap();
-        assert!(ran, "the launch still runs");
-        assert!(!dir.exists() || std::fs::read_dir(&dir).unwrap().next().is_none());
-        assert!(rec.state.lock().stopped);
-    }
-
-    #[test]
-    fn a_full_disk_stops_recording_and_leaves_no_partial_record() {
-        let dir = std::env::temp_dir().join(format!("omp-record-full-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        // Every write to /dev/full fails with ENOSPC, as on a full disk.
-        std::os::unix::fs::symlink("/dev/full", dir.join("k.record_input")).unwrap();
-        let rec =
-            Recorder::from_vars(|k| (k == "LIBOMPTARGET_RECORD").then(|| dir.to_string_lossy().into_owned())).unwrap();
-        let arena = Arena::create(1 << 24).unwrap();
-        let a = arena.alloc(64).unwrap();
-        rec.allocated(a, 64);
-        rec.image_loaded(0, 0, b"IMAGE");
-        rec.kernel_resolved(0, 1, 0, "k");
-        rec.kernel_resolved(0, 2, 0, "other");
-        rec.around_launch(0, 1, &[a], &LaunchConfig::default(), Some(&arena), || Ok(())).unwrap();
-        assert!(rec.state.lock().stopped);
-        rec.around_launch(0, 2, &[a], &LaunchConfig::default(), Some(&arena), || Ok(())).unwrap();
-        let left: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
-        assert!(left.is_empty(), "{left:?}");
-        std::fs::remove_dir_all(&dir).unwrap();
-    }
-
-    #[test]
-    fn kernel_and_launch_choose_what_is_recorded() {
-        let dir = std::env::temp_dir().join(format!("omp-record-choose-{}", std::process::id()));
-        let d = dir.to_string_lossy().into_owned();
-        let rec = Recorder::from_vars(|k| match k {
-            "LIBOMPTARGET_RECORD" => Some(d.clone()),
-            "LIBOMPTARGET_RECORD_KERNEL" => Some("_l1[0-9]$".into()),
-            "LIBOMPTARGET_RECORD_LAUNCH" => Some("2".into()),
-            _ => None,
-        })
-        .unwrap();
-        let arena = Arena::create(1 << 24).unwrap();
-        let a = arena.alloc(8).unwrap();
-        rec.allocated(a, 8);
-        rec.image_loaded(0, 0, b"IMAGE");
-        rec.kernel_resolved(0, 1, 0, "main_l5");
-        rec.kernel_resolved(0, 2, 0, "main_l14");
-        let config = LaunchConfig::default();
-        for (kernel, value) in [(1, 1u8), (2, 2), (1, 3), (2, 4), (2, 5)] {
-            let run = || {
-                // SAFETY: `a` is an 8-byte arena allocation, mapped read-write here.
-                unsafe { std::ptr::write_bytes(a as *mut u8, value, 8) };
-                Ok(())
-            };
-            rec.around_launch(0, kernel, &[a], &config, Some(&arena), run).unwrap();
-        }
-        // main_l5 never matches; the second launch of main_l14 (the fourth in all) is the one,
-        // with the memory the third left.
-        let names: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().file_name()).collect();
-        assert_eq!(names.len(), 4, "{names:?}");
-        assert_eq!(std::fs::read(dir.join("main_l14.record_input")).unwrap(), vec![3; 8]);
-        assert_eq!(std::fs::read(dir.join("main_l14.record_output")).unwrap(), vec![4; 8]);
-        std::fs::remove_dir_all(&dir).unwrap();
-        let bad = |k: &'static str, v: &'static str| {
-            Recorder::from_vars(|x| match x {
-                "LIBOMPTARGET_RECORD" => Some("/tmp/x".into()),
-                x if x == k => Some(v.into()),
-                _ => None,
-            })
-        };
-        assert!(bad("LIBOMPTARGET_RECORD_KERNEL", "(").is_none());
-        assert!(bad("LIBOMPTARGET_RECORD_LAUNCH", "0").is_none());
-        assert!(bad("LIBOMPTARGET_RECORD_LAUNCH", "x").is_none());
-    }
-}
+#[path = "record_tests.rs"]
+mod tests;

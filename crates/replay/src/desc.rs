@@ -42,9 +42,32 @@ pub struct Description {
     pub libraries: Vec<PathBuf>,
     pub args: Vec<Arg>,
     pub input: String,
-    pub output: String,
+    /// The memory after the kernel; none for a launch that failed.
+    pub output: Option<String>,
+    /// How the recorded launch failed (its worker died), for a record of such a launch.
+    pub fault: Option<Fault>,
+    /// `.globals`, the image's device globals before the launch, when it has any.
+    pub globals: Option<String>,
+    pub variables: Vec<Variable>,
     pub memory_size: u64,
     pub allocations: Vec<Allocation>,
+}
+
+/// A device global (`declare target` variable) of the image: its name, size, and where its
+/// bytes are in `.globals`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Variable {
+    pub name: String,
+    pub size: usize,
+    pub file_offset: u64,
+}
+
+/// A record of a launch that failed: the error it failed with, and whether its memory is as
+/// the failure left it (the launch was not chosen for recording) or from before the launch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fault {
+    pub reason: String,
+    pub memory_after_fault: bool,
 }
 
 fn bad(what: impl std::fmt::Display) -> ReplayError {
@@ -175,6 +198,39 @@ impl Description {
                 .map(|p| p.as_str().map(PathBuf::from).ok_or_else(|| bad("\"Libraries\" holds a non-string")))
                 .collect::<Result<_, _>>()?,
         };
+        let fault = match v.get("Fault") {
+            None => None,
+            Some(_) => Some(Fault {
+                reason: text(&v, "Fault")?.to_string(),
+                memory_after_fault: field(&v, "InputAfterFault")?
+                    .as_bool()
+                    .ok_or_else(|| bad("\"InputAfterFault\" is not a boolean"))?,
+            }),
+        };
+        // Only a launch that failed has no memory after the kernel.
+        let output = match (&fault, v.get("Output")) {
+            (Some(_), None) => None,
+            _ => Some(sibling(&v, "Output")?),
+        };
+        let (globals, variables) = match v.get("Globals") {
+            None => (None, Vec::new()),
+            Some(_) => {
+                let mut vars = Vec::new();
+                let mut offset = 0u64;
+                for (i, g) in array(&v, "GlobalVariables")?.iter().enumerate() {
+                    let file_offset = number(g, "FileOffset")?;
+                    if file_offset != offset {
+                        return Err(bad(format!(
+                            "global variable {i} says its bytes start at {file_offset}, they start at {offset}"
+                        )));
+                    }
+                    let size = size(g, "Size")?;
+                    offset = offset.checked_add(size as u64).ok_or_else(|| bad("the global variables overflow"))?;
+                    vars.push(Variable { name: text(g, "Name")?.to_string(), size, file_offset });
+                }
+                (Some(sibling(&v, "Globals")?), vars)
+            }
+        };
         Ok(Description {
             producer,
             name: text(&v, "Name")?.to_string(),
@@ -189,7 +245,10 @@ impl Description {
             libraries,
             args,
             input: sibling(&v, "Input")?,
-            output: sibling(&v, "Output")?,
+            output,
+            fault,
+            globals,
+            variables,
             memory_size,
             allocations,
         })
@@ -202,12 +261,16 @@ pub struct Record {
     pub desc: Description,
     pub image: PathBuf,
     pub input: PathBuf,
-    pub output: PathBuf,
+    /// The image's device globals before the launch, when it has any.
+    pub globals: Option<PathBuf>,
+    /// The memory after the kernel (none for a launch that failed).
+    pub output: Option<PathBuf>,
 }
 
 impl Record {
     /// Reads `path` and checks the files beside it: the image's size, and the memory files'
-    /// (the output only when `need_output`, for `--verify`).
+    /// (the output only when `need_output`, for `--verify`: a record of a launch that failed
+    /// has none, which is then an error).
     pub fn open(path: &Path, need_output: bool) -> Result<Record, ReplayError> {
         // A description is a few KiB per allocation: anything larger is not one of ours.
         const MAX_DESCRIPTION: u64 = 64 << 20;
@@ -238,12 +301,26 @@ impl Record {
         };
         let image = check(&desc.image, desc.image_size, "the device image")?;
         let input = check(&desc.input, desc.memory_size, "the device memory before the launch")?;
-        let output = if need_output {
-            check(&desc.output, desc.memory_size, "the device memory after the launch")?
-        } else {
-            dir.join(&desc.output)
+        let output = match (&desc.output, &desc.fault) {
+            (Some(o), _) if need_output => Some(check(o, desc.memory_size, "the device memory after the launch")?),
+            (Some(o), _) => Some(dir.join(o)),
+            (None, Some(f)) if need_output => {
+                return Err(ReplayError::new(format!(
+                    "{}: the recorded launch failed ({}), so there is no memory after the kernel to verify against",
+                    path.display(),
+                    f.reason
+                )))
+            }
+            (None, _) => None,
         };
-        Ok(Record { desc, image, input, output })
+        let globals = match &desc.globals {
+            Some(g) => {
+                let total: u64 = desc.variables.iter().map(|v| v.size as u64).sum();
+                Some(check(g, total, "the device globals before the launch")?)
+            }
+            None => None,
+        };
+        Ok(Record { desc, image, input, globals, output })
     }
 }
 
@@ -279,6 +356,38 @@ mod tests {
         assert_eq!(d.args[1], Arg { value: 7, points_into: None });
         assert_eq!(d.allocations[1], Allocation { addr: 0x2000_0000_1040, size: 32, file_offset: 64 });
         assert_eq!(d.libraries, vec![PathBuf::from("/lib/libomp.so")]);
+    }
+
+    #[test]
+    fn a_record_of_a_failed_launch_has_no_output_and_says_how_it_failed() {
+        let failed = GOOD.replace(
+            "\"Output\": \"k.record_output\",",
+            "\"Fault\": \"worker ended: killed by signal 11 (SIGSEGV)\", \"InputAfterFault\": true,",
+        );
+        let d = Description::parse(&failed).unwrap();
+        assert_eq!(d.output, None);
+        let f = d.fault.unwrap();
+        assert!(f.memory_after_fault && f.reason.ends_with("(SIGSEGV)"), "{f:?}");
+        // Without "Fault", "Output" is required; "Fault" needs "InputAfterFault".
+        assert!(err("\"Output\": \"k.record_output\", ", "").contains("\"Output\" is missing"));
+        let half = GOOD.replace("\"Output\": \"k.record_output\",", "\"Fault\": \"x\",");
+        assert!(Description::parse(&half).unwrap_err().to_string().contains("\"InputAfterFault\" is missing"));
+    }
+
+    #[test]
+    fn globals_are_read_and_checked() {
+        let with = GOOD.replace(
+            "\"MemorySize\": 96,",
+            "\"Globals\": \"k.globals\", \"GlobalVariables\": [ { \"Name\": \"scale\", \"Addr\": \"0x5000\", \
+             \"Size\": 8, \"FileOffset\": 0 }, { \"Name\": \"n\", \"Size\": 4, \"FileOffset\": 8 } ], \"MemorySize\": 96,",
+        );
+        let d = Description::parse(&with).unwrap();
+        assert_eq!(d.globals.as_deref(), Some("k.globals"));
+        assert_eq!(d.variables[1], Variable { name: "n".into(), size: 4, file_offset: 8 });
+        let lying = with.replace("\"FileOffset\": 8 }", "\"FileOffset\": 9 }");
+        let e = Description::parse(&lying).unwrap_err().to_string();
+        assert!(e.contains("global variable 1 says its bytes start at 9, they start at 8"), "{e}");
+        assert!(Description::parse(GOOD).unwrap().globals.is_none());
     }
 
     #[test]

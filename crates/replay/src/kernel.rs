@@ -51,6 +51,8 @@ type Entry32 = unsafe extern "C" fn(
 
 /// A kernel of an image loaded for the life of the process.
 pub struct Kernel {
+    /// The image's loader handle (kept open for the process's life).
+    handle: usize,
     entry: Entry32,
     params: Vec<usize>,
 }
@@ -113,7 +115,33 @@ impl Kernel {
         // with more integer arguments than it declares leaves the extra ones unread, as the
         // host device's own trampoline does.
         let entry = unsafe { std::mem::transmute::<*mut libc::c_void, Entry32>(sym) };
-        Ok(Kernel { entry, params })
+        Ok(Kernel { handle: handle as usize, entry, params })
+    }
+
+    /// The address and size (from the image's symbol table) of the image's own data symbol
+    /// `name` (a `declare target` variable), if it defines one.
+    pub fn variable(&self, name: &str) -> Option<(usize, usize)> {
+        /// glibc's `dladdr1` request for the symbol's ELF entry.
+        const RTLD_DL_SYMENT: libc::c_int = 1;
+        let cname = CString::new(name).ok()?;
+        // SAFETY: dlsym on the live handle with a NUL-terminated name; NULL when absent.
+        let addr = unsafe { libc::dlsym(self.handle as *mut libc::c_void, cname.as_ptr()) };
+        if addr.is_null() {
+            return None;
+        }
+        // SAFETY: zeroed Dl_info is valid; dladdr1 fills it and points `sym` at the ELF symbol
+        // entry of a loaded object (valid while the object stays loaded: for the process's life).
+        unsafe {
+            let mut info: libc::Dl_info = std::mem::zeroed();
+            let mut sym: *mut libc::c_void = std::ptr::null_mut();
+            if libc::dladdr1(addr, &mut info, &mut sym, RTLD_DL_SYMENT) == 0 || sym.is_null() {
+                return None;
+            }
+            // Only a symbol this image defines (dlsym also searches its dependencies).
+            let own = libc::dlsym(self.handle as *mut libc::c_void, cname.as_ptr());
+            let size = (*sym.cast::<libc::Elf64_Sym>()).st_size as usize;
+            (own == addr).then_some((addr as usize, size))
+        }
     }
 
     /// Calls the kernel once.
@@ -132,26 +160,5 @@ impl Kernel {
                 p[30], p[31],
             )
         };
-    }
-}
-
-/// Asks libomp for `teams` teams and `threads` threads per team where the kernel's own
-/// clauses do not say (its `num_teams`/`thread_limit` clauses win, as in the program).
-pub fn set_default_shape(teams: Option<u32>, threads: Option<u32>) {
-    let call = |name: &CStr, n: u32| {
-        // SAFETY: dlsym in the global scope with a NUL-terminated name; NULL when absent.
-        let f = unsafe { libc::dlsym(libc::RTLD_DEFAULT, name.as_ptr()) };
-        if !f.is_null() {
-            // SAFETY: `omp_set_num_teams` and `omp_set_num_threads` are `void(int)` (OpenMP API).
-            let f = unsafe { std::mem::transmute::<*mut libc::c_void, extern "C" fn(libc::c_int)>(f) };
-            f(n.min(i32::MAX as u32) as libc::c_int);
-        }
-    };
-    if let Some(t) = teams.filter(|&t| t > 0) {
-        call(c"omp_set_num_teams", t);
-    }
-    if let Some(t) = threads.filter(|&t| t > 0) {
-        call(c"omp_set_num_threads", t);
-        call(c"omp_set_teams_thread_limit", t);
     }
 }

@@ -2,12 +2,15 @@
 //! (`LIBOMPTARGET_RECORD=DIR`, docs/replay.md) again, alone, in this process: the recorded
 //! device memory mapped back at its recorded addresses ([`memory`]), the device image loaded
 //! from the record and its kernel called with the recorded arguments ([`kernel`]), and the
-//! memory afterwards compared with the recording. Everything the description says is checked
+//! memory afterwards compared with the recording, or watched for accesses outside the recorded
+//! allocations ([`check`]). Everything the description says is checked
 //! against the files before anything is mapped ([`desc`]).
 
+pub mod check;
 pub mod desc;
 pub mod kernel;
 pub mod memory;
+pub mod shape;
 
 pub use desc::{Description, Record};
 

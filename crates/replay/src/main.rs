@@ -1,23 +1,29 @@
-//! `omp-replay DESC.json [--verify] [--teams N] [--threads N] [--repeat N]`: runs one kernel
+//! `omp-replay DESC.json [--verify] [--check] [--teams N] [--threads N] [--repeat N]`: runs one kernel
 //! launch recorded with `LIBOMPTARGET_RECORD` on an isolated device (docs/replay.md).
 
+use omp_replay::check;
 use omp_replay::kernel::{self, Kernel};
-use omp_replay::memory::DeviceMemory;
+use omp_replay::memory::{self, DeviceMemory};
 use omp_replay::{Record, ReplayError};
 use std::fs::File;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
-const USAGE: &str = "usage: omp-replay DESC.json [--verify] [--teams N] [--threads N] [--repeat N]
+const USAGE: &str = "usage: omp-replay DESC.json [--verify] [--check] [--teams N] [--threads N] [--repeat N]
 
 Runs one kernel launch recorded with LIBOMPTARGET_RECORD=DIR (LIBOMPTARGET_ISOLATE=1) again, in
-this process, with the device memory restored at its recorded addresses.
+this process, with the device memory restored at its recorded addresses. A launch that failed
+on an isolated device is recorded by itself (in $TMPDIR/omp-records-PID without
+LIBOMPTARGET_RECORD; its error names the record): its replay runs to the same fault.
 
   --verify      compare the device memory after the kernel with the recording
                 (exit status 1 and the first differing byte when they differ)
-  --teams N     ask for N teams where the kernel's own clauses do not say
-  --threads N   ask for N threads per team where the kernel's own clauses do not say
+  --check       report an access of the kernel outside the recorded allocations: the
+                address, read or written, and the allocation it is nearest to (exit status 1)
+  --teams N     run N teams, in place of the kernel's num_teams clause or the default
+  --threads N   run N threads per team (and parallel region), in place of the kernel's
+                thread_limit and num_threads clauses or the default
   --repeat N    run the kernel N times, each from the recorded memory, and print each time
   --version     print the version and the record format it reads
   --help        print this help";
@@ -25,13 +31,14 @@ this process, with the device memory restored at its recorded addresses.
 struct Options {
     desc: PathBuf,
     verify: bool,
+    check: bool,
     teams: Option<u32>,
     threads: Option<u32>,
     repeat: u32,
 }
 
 fn parse(args: &[String]) -> Result<Options, String> {
-    let mut o = Options { desc: PathBuf::new(), verify: false, teams: None, threads: None, repeat: 1 };
+    let mut o = Options { desc: PathBuf::new(), verify: false, check: false, teams: None, threads: None, repeat: 1 };
     let mut desc = None;
     let mut it = args.iter();
     while let Some(a) = it.next() {
@@ -41,6 +48,7 @@ fn parse(args: &[String]) -> Result<Options, String> {
         };
         match a.as_str() {
             "--verify" => o.verify = true,
+            "--check" => o.check = true,
             "--teams" => o.teams = Some(count("--teams")?),
             "--threads" => o.threads = Some(count("--threads")?),
             "--repeat" => o.repeat = count("--repeat")?.max(1),
@@ -62,16 +70,42 @@ fn flush_c_output() {
     unsafe { libc::fflush(std::ptr::null_mut()) };
 }
 
+/// Where the image loaded here holds each recorded device global: its own variable of that
+/// name and size, or an error naming the one that is not.
+fn variables(k: &Kernel, d: &omp_replay::Description) -> Result<Vec<usize>, ReplayError> {
+    d.variables
+        .iter()
+        .map(|v| match k.variable(&v.name) {
+            Some((addr, size)) if size == v.size => Ok(addr),
+            Some((_, size)) => Err(ReplayError::new(format!(
+                "the device image's global {} has {size} bytes, the record {}: the record is not this image's",
+                v.name, v.size
+            ))),
+            None => Err(ReplayError::new(format!(
+                "the device image defines no global {}: the record is not this image's",
+                v.name
+            ))),
+        })
+        .collect()
+}
+
 fn replay(o: &Options) -> Result<bool, ReplayError> {
     let record = Record::open(&o.desc, o.verify)?;
     let d = &record.desc;
     let input = open(&record.input)?;
-    let output = if o.verify { Some(open(&record.output)?) } else { None };
+    let output = match &record.output {
+        Some(path) if o.verify => Some(open(path)?),
+        _ => None,
+    };
     let args: Vec<usize> = d.args.iter().map(|a| a.value).collect();
     let memory = DeviceMemory::map(&d.allocations)?;
     kernel::preload(&d.libraries);
     let k = Kernel::load(&record.image, &d.name, d.with_dyn_ptr, &args)?;
-    kernel::set_default_shape(o.teams, o.threads);
+    let globals = match &record.globals {
+        Some(path) => Some((open(path)?, variables(&k, d)?)),
+        None => None,
+    };
+    omp_replay::shape::set(o.teams, o.threads);
     println!(
         "omp-replay: kernel {} ({} arguments), {} allocations ({} bytes) at their recorded addresses",
         d.name,
@@ -79,9 +113,38 @@ fn replay(o: &Options) -> Result<bool, ReplayError> {
         d.allocations.len(),
         d.memory_size
     );
+    if let Some(f) = &d.fault {
+        let memory = if f.memory_after_fault {
+            "as the failure left it, not as it was before the launch"
+        } else {
+            "as it was before the launch"
+        };
+        println!("omp-replay: the recorded launch failed ({}); its device memory is {memory}", f.reason);
+    }
+    if o.check {
+        check::watch_faults(&d.allocations);
+    }
+    let mut saved: Option<Vec<u8>> = None;
     for run in 1..=o.repeat {
         let t0 = Instant::now();
-        memory.restore(&input)?;
+        // Runs after the first restore from a copy kept in memory: a plain memcpy, not a read
+        // through the page cache.
+        match &saved {
+            Some(bytes) => memory.restore_from(bytes),
+            None => {
+                memory.restore(&input)?;
+                if o.repeat > 1 {
+                    saved = Some(memory.snapshot());
+                }
+            }
+        }
+        if let Some((file, places)) = &globals {
+            for (v, &addr) in d.variables.iter().zip(places) {
+                // SAFETY: `addr` is the image's own variable of `v.size` bytes (checked by
+                // `variables`), written by no one else while no kernel runs.
+                unsafe { memory::read_at(file, addr, v.size, v.file_offset) }?;
+            }
+        }
         let t1 = Instant::now();
         // SAFETY: the recorded memory is mapped and restored just above.
         unsafe { k.run() };
@@ -93,6 +156,16 @@ fn replay(o: &Options) -> Result<bool, ReplayError> {
                 (t2 - t1).as_secs_f64() * 1e3,
                 (t1 - t0).as_secs_f64() * 1e3
             );
+        }
+    }
+    if o.check {
+        // SAFETY: the recorded memory's pages are mapped, and the kernel has returned.
+        match unsafe { check::written_outside(memory.ranges(), &d.allocations) } {
+            Some(finding) => {
+                eprintln!("{finding}");
+                return Ok(false);
+            }
+            None => println!("omp-replay: check: no access outside the recorded allocations"),
         }
     }
     let Some(output) = output else { return Ok(true) };

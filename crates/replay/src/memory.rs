@@ -86,28 +86,42 @@ impl DeviceMemory {
         Ok(mem)
     }
 
+    /// The page ranges mapped, `[start, end)`.
+    pub fn ranges(&self) -> &[(usize, usize)] {
+        &self.ranges
+    }
+
     /// Fills every allocation from `file` (`.record_input`), at its file offset.
     pub fn restore(&self, file: &File) -> Result<(), ReplayError> {
         for a in &self.allocations {
-            let (mut addr, mut left, mut off) = (a.addr, a.size, a.file_offset);
-            while left > 0 {
-                // SAFETY: `[addr, addr+left)` lies in a page range mapped read-write by
-                // `map` (every allocation is covered), and no kernel runs during a restore.
-                let n = unsafe { libc::pread(file.as_raw_fd(), addr as *mut libc::c_void, left, off as libc::off_t) };
-                if n < 0 {
-                    let e = io::Error::last_os_error();
-                    if e.kind() == io::ErrorKind::Interrupted {
-                        continue;
-                    }
-                    return Err(ReplayError::new(format!("cannot read the recorded device memory: {e}")));
-                }
-                if n == 0 {
-                    return Err(ReplayError::new("the recorded device memory file ended early"));
-                }
-                (addr, left, off) = (addr + n as usize, left - n as usize, off + n as u64);
-            }
+            // SAFETY: `[a.addr, a.addr+a.size)` lies in a page range mapped read-write by
+            // `map` (every allocation is covered), and no kernel runs during a restore.
+            unsafe { read_at(file, a.addr, a.size, a.file_offset) }?;
         }
         Ok(())
+    }
+
+    /// The allocations' bytes now, one after the other in address order (the layout of
+    /// `.record_input`): kept by `--repeat` to restore later runs with a plain copy.
+    pub fn snapshot(&self) -> Vec<u8> {
+        let mut out = Vec::with_capacity(self.allocations.iter().map(|a| a.size).sum());
+        for a in &self.allocations {
+            // SAFETY: `[a.addr, a.addr+a.size)` lies in a page range mapped by `map`; no kernel
+            // runs while the snapshot is taken, so nothing writes it while this slice lives.
+            out.extend_from_slice(unsafe { std::slice::from_raw_parts(a.addr as *const u8, a.size) });
+        }
+        out
+    }
+
+    /// Fills every allocation from `snapshot` (what [`DeviceMemory::snapshot`] returned).
+    pub fn restore_from(&self, snapshot: &[u8]) {
+        for a in &self.allocations {
+            let from = &snapshot[a.file_offset as usize..a.file_offset as usize + a.size];
+            // SAFETY: the destination lies in a page range mapped read-write by `map`, the
+            // source is a slice of the same length that cannot overlap it (a heap buffer),
+            // and no kernel runs during a restore.
+            unsafe { std::ptr::copy_nonoverlapping(from.as_ptr(), a.addr as *mut u8, a.size) };
+        }
     }
 
     /// The first difference between the allocations now and `file` (`.record_output`).
@@ -138,6 +152,30 @@ impl DeviceMemory {
         }
         Ok(None)
     }
+}
+
+/// Reads `len` bytes of `file` at `off` into this process's memory at `addr`.
+///
+/// # Safety
+/// `[addr, addr+len)` must be mapped writable and hold nothing anyone else reads or writes
+/// meanwhile (no Rust object, no running kernel).
+pub unsafe fn read_at(file: &File, mut addr: usize, mut len: usize, mut off: u64) -> Result<(), ReplayError> {
+    while len > 0 {
+        // SAFETY: the caller's promise about `[addr, addr+len)`.
+        let n = unsafe { libc::pread(file.as_raw_fd(), addr as *mut libc::c_void, len, off as libc::off_t) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(ReplayError::new(format!("cannot read the recorded device memory: {e}")));
+        }
+        if n == 0 {
+            return Err(ReplayError::new("the recorded device memory file ended early"));
+        }
+        (addr, len, off) = (addr + n as usize, len - n as usize, off + n as u64);
+    }
+    Ok(())
 }
 
 impl Drop for DeviceMemory {
@@ -176,6 +214,13 @@ mod tests {
         assert!(taken.contains("already uses"), "{taken}");
         mem.restore(&File::open(dir.join("in")).unwrap()).unwrap();
         // SAFETY: mapped above, 8 bytes at base+16.
+        assert_eq!(unsafe { *((base + 17) as *const u8) }, 2);
+        let saved = mem.snapshot();
+        assert_eq!(saved, [1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12]);
+        // SAFETY: as above.
+        unsafe { *((base + 17) as *mut u8) = 77 };
+        mem.restore_from(&saved);
+        // SAFETY: as above.
         assert_eq!(unsafe { *((base + 17) as *const u8) }, 2);
         assert_eq!(mem.compare(&File::open(dir.join("in")).unwrap()).unwrap(), None);
         let d = mem.compare(&File::open(dir.join("out")).unwrap()).unwrap().unwrap();
