@@ -323,18 +323,34 @@ impl Ctx<'_> {
                 let ll = self.temps.path(&st, &format!("gpu-check.{}.ll", t.arch));
                 let checked = match inc {
                     Ok(inc) => {
-                        let mut c =
-                            device_cmd(triple, (!fortran).then_some(&inc), &[vec![format!("-march={}", t.arch)]])?;
+                        let march = [vec![format!("-march={}", t.arch)]];
+                        let mut c = device_cmd(triple, (!fortran).then_some(&inc), &march)?;
+                        if fortran {
+                            c.args(crate::gpu_check::flang_ptx_options(t));
+                        }
                         c.args(crate::gpu_check::IR_OPTIONS);
                         src(&mut c);
                         c.arg("-o").arg(ll.to_string_lossy());
+                        // When ompcc's pipeline cannot (flang 22 for amdgcn): the compiler's own
+                        // offload driver, device part only.
+                        let mut own = Cmd::new(prog.clone(), format!("{name}: --gpu-check"));
+                        own.args([
+                            "-fopenmp",
+                            &format!("--offload-arch={}", t.arch),
+                            "--offload-device-only",
+                            "-nogpulib",
+                        ]);
+                        own.arg("-emit-llvm").args(crate::gpu_check::IR_OPTIONS);
+                        fe_opts(&mut own);
+                        src(&mut own);
+                        own.arg("-o").arg(ll.to_string_lossy());
                         self.runner.note(&format!("{name}: --gpu-check for {} ({})", triple, t.arch));
                         if self.runner.dry_run || self.runner.verbose {
                             crate::diag::line(&format!(" {}", c.shell_line()));
                         }
                         (!self.runner.dry_run).then(|| {
                             let compiler = if fortran { Compiler::Flang } else { Compiler::Clang };
-                            crate::gpu_check::collect(&c, &ll, name, compiler, &self.tc.clang)
+                            crate::gpu_check::collect(&[c, own], &ll, name, compiler, &self.tc.clang)
                         })
                     }
                     Err(e) => Some(crate::gpu_check::Source::Failed(e.to_string())),

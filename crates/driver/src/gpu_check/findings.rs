@@ -98,15 +98,50 @@ fn in_system_header(file: &str) -> bool {
     file.starts_with("/usr/include") || file.starts_with("/usr/lib") || file.contains("/include/c++/")
 }
 
-/// Functions device code calls that no unit defines and no GPU library provides. Below code
-/// from a system header (a `std::string` constructor), one line per place the user's code
-/// enters it, naming the first missing function and counting the others.
+/// A library whose missing functions are reported together, once per function of the user's
+/// that calls into it (one `std::string` or one `write` statement needs several).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+enum Library {
+    FortranIo,
+    FortranRuntime,
+    Cxx,
+    /// Reached through a function defined in a system header.
+    Headers,
+}
+
+impl Library {
+    fn of(sym: &str, name: &str) -> Option<Library> {
+        const CXX: [&str; 8] = ["_ZNSt", "_ZNKSt", "_ZSt", "_Znw", "_Zna", "_Zdl", "_Zda", "__cxa_"];
+        if sym.starts_with("_FortranAio") {
+            Some(Library::FortranIo)
+        } else if sym.starts_with("_FortranA") {
+            Some(Library::FortranRuntime)
+        } else if name.starts_with("std::") || CXX.iter().any(|p| sym.starts_with(p)) {
+            Some(Library::Cxx)
+        } else {
+            None
+        }
+    }
+
+    fn what(self) -> &'static str {
+        match self {
+            Library::FortranIo => "flang's I/O runtime",
+            Library::FortranRuntime => "flang's runtime",
+            Library::Cxx => "the C++ library",
+            Library::Headers => "code from system headers",
+        }
+    }
+}
+
+/// Functions device code calls that no unit defines and no GPU library provides: one line per
+/// function, except for the libraries of [`Library`], one line per caller.
 fn missing(cx: &Cx, elsewhere: &HashSet<String>, family: Family, target: &str, out: &mut Findings) {
     let g = cx.g;
     let entry = Entries::new(cx);
-    // (entry node, first missing function, how many), in node order
-    let mut entries: Vec<(usize, usize, usize)> = Vec::new();
-    let mut entry_index: Vec<Option<usize>> = vec![None; g.nodes.len()];
+    // (caller or the function itself, library) → index into `groups`
+    let mut index: std::collections::HashMap<(usize, Option<Library>), usize> = std::collections::HashMap::new();
+    // (entry node, first missing function, library, how many)
+    let mut groups: Vec<(usize, usize, Option<Library>, usize)> = Vec::new();
     for (n, node) in g.nodes.iter().enumerate() {
         let reached = cx.m.device[n].is_some();
         if node.kind != NodeKind::Function || node.def.is_some() || !reached || node.sym.is_empty() {
@@ -116,26 +151,36 @@ fn missing(cx: &Cx, elsewhere: &HashSet<String>, family: Family, target: &str, o
             continue;
         }
         let e = entry.of(n);
-        match entry_index[e] {
-            Some(k) => entries[k].2 += 1,
+        let lib = Library::of(node.sym, &node.name).or((e != n).then_some(Library::Headers));
+        let caller = match (lib, cx.m.device[e]) {
+            (Some(_), Some(Via::Edge { from, .. })) => from,
+            _ => n,
+        };
+        match index.get(&(caller, lib)) {
+            Some(&k) => groups[k].3 += 1,
             None => {
-                entry_index[e] = Some(entries.len());
-                entries.push((e, n, 1));
+                index.insert((caller, lib), groups.len());
+                groups.push((e, n, lib, 1));
             }
         }
     }
-    for (e, first, count) in entries {
+    for (e, first, lib, count) in groups {
         out.push(|| {
+            let (at, chain) = (cx.reached_at(e), cx.chain(e));
+            let hint = hint(g.nodes[first].sym);
             let name = &g.nodes[e].name;
-            let (at, chain, hint) = (cx.reached_at(e), cx.chain(e), hint(g.nodes[first].sym));
-            if e == first {
-                format!("{at}: '{name}' is not available on {target}: {chain}; {hint}")
-            } else {
-                let needs = &g.nodes[first].name;
-                let more = if count > 1 { format!(" and {} more", count - 1) } else { String::new() };
-                format!(
-                    "{at}: '{name}' is not available on {target} (it needs '{needs}'{more}, which the GPU libraries do not provide): {chain}; {hint}"
-                )
+            match lib {
+                None => format!("{at}: '{name}' is not available on {target}: {chain}; {hint}"),
+                Some(lib) => {
+                    let needs = &g.nodes[first].name;
+                    let what = if e == first { format!("'{name}'") } else { format!("'{name}' (it needs '{needs}')") };
+                    let more = match count {
+                        1 => String::new(),
+                        2 => " and 1 more function".to_string(),
+                        n => format!(" and {} more functions", n - 1),
+                    };
+                    format!("{at}: {} is not available on {target}: {what}{more}: {chain}; {hint}", lib.what())
+                }
             }
         });
     }
@@ -194,14 +239,16 @@ fn hint(sym: &str) -> &'static str {
         "puts", "putchar", "scanf", "sscanf", "getchar", "perror", "open", "close", "read", "write",
     ];
     const END: &[&str] = &["abort", "exit", "_Exit", "quick_exit", "_FortranAStopStatement", "_FortranAExit"];
-    if sym.starts_with("_FortranAio") || IO.contains(&sym) {
+    if sym.starts_with("_FortranAio") {
+        "do the I/O on the host, after the target region"
+    } else if IO.contains(&sym) {
         "do the I/O on the host, after the target region (printf works on the device)"
     } else if END.contains(&sym) {
         "a kernel cannot end the program: set a flag the host checks after the region (or __builtin_trap())"
     } else if sym.starts_with("_FortranA") {
         "flang's runtime is not built for the GPU: keep the statement or intrinsic that calls it out of device code"
     } else if sym.starts_with("_Z") {
-        "the C++ library is not built for the GPU: keep std:: types and streams out of device code"
+        "keep std:: types, streams and new/delete out of device code"
     } else {
         "call it on the host, or give the device its own definition inside 'declare target'"
     }

@@ -215,7 +215,12 @@ fn build(file: &str, compiler: Compiler, raw: &[RawFunc], meta: &HashMap<&str, &
     for (i, f) in raw.iter().enumerate() {
         if let (true, Some((parent, line))) = (f.defined, kernel_parent(f.sym)) {
             let p = *index.entry(parent).or_insert_with(|| {
-                unit.funcs.push(Func::new(parent, parent, Loc::new(file, 0)));
+                let shown = match parent {
+                    "_QQmain" => "the main program".to_string(),
+                    p if p.starts_with("_Q") => crate::declare_target::fortran::display_name(p),
+                    p => p.to_string(),
+                };
+                unit.funcs.push(Func::new(parent, shown, Loc::new(file, 0)));
                 made_up.push(false);
                 unit.funcs.len() - 1
             });

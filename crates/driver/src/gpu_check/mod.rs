@@ -67,29 +67,54 @@ pub enum Source {
 /// with calls through pointers, no inlining that would hide a call's place).
 pub const IR_OPTIONS: [&str; 4] = ["-S", "-gline-tables-only", "-O0", "-w"];
 
-/// Runs `cmd` (a device compile for the check, writing `ll`) and reads its IR.
-pub fn collect(cmd: &Cmd, ll: &Path, file: &str, compiler: Compiler, clang: &Tool) -> Source {
-    let out = match Command::new(&cmd.prog).args(&cmd.args).output() {
-        Ok(o) => o,
-        Err(e) => return Source::Failed(format!("cannot run '{}': {e}", cmd.prog)),
-    };
-    if !out.status.success() {
-        let err = String::from_utf8_lossy(&out.stderr);
-        let why = err
-            .lines()
-            .find(|l| l.contains("error"))
-            .or_else(|| err.lines().find(|l| !l.trim().is_empty()))
-            .unwrap_or("no message");
-        return Source::Failed(why.trim().to_string());
+/// Runs the first of `cmds` (device compiles for the check, each writing `ll`) that succeeds
+/// and reads its IR; when none does, the first one's error.
+pub fn collect(cmds: &[Cmd], ll: &Path, file: &str, compiler: Compiler, clang: &Tool) -> Source {
+    let mut first_error = None;
+    for cmd in cmds {
+        match compile(cmd) {
+            Ok(()) => {
+                let text = match std::fs::read(ll) {
+                    Ok(t) => String::from_utf8_lossy(&t).into_owned(),
+                    Err(e) => return Source::Failed(format!("cannot read {}: {e}", ll.display())),
+                };
+                let mut code = ir::parse(file, compiler, &text);
+                drop(text);
+                name_cxx_functions(&mut code, clang);
+                return Source::Code(code);
+            }
+            Err(why) => {
+                first_error.get_or_insert(why);
+            }
+        }
     }
-    let text = match std::fs::read(ll) {
-        Ok(t) => String::from_utf8_lossy(&t).into_owned(),
-        Err(e) => return Source::Failed(format!("cannot read {}: {e}", ll.display())),
-    };
-    let mut code = ir::parse(file, compiler, &text);
-    drop(text);
-    name_cxx_functions(&mut code, clang);
-    Source::Code(code)
+    Source::Failed(first_error.unwrap_or_else(|| "no command".to_string()))
+}
+
+/// Runs one compile; its first error line when it fails.
+fn compile(cmd: &Cmd) -> std::result::Result<(), String> {
+    let out =
+        Command::new(&cmd.prog).args(&cmd.args).output().map_err(|e| format!("cannot run '{}': {e}", cmd.prog))?;
+    if out.status.success() {
+        return Ok(());
+    }
+    let err = String::from_utf8_lossy(&out.stderr);
+    let why = err
+        .lines()
+        .find(|l| l.contains("error"))
+        .or_else(|| err.lines().find(|l| !l.trim().is_empty()))
+        .unwrap_or("no message");
+    Err(why.trim().to_string())
+}
+
+/// flang's GPU device compile keeps the PTX version its driver picks without CUDA (4.2), which
+/// no NVIDIA architecture of the last years accepts; 8.0 (LLVM 17 and later) covers sm_50 to
+/// sm_90a, and the back end takes the highest version it is given.
+pub fn flang_ptx_options(target: &Target) -> Vec<String> {
+    if target.family != Family::Nvptx {
+        return Vec::new();
+    }
+    ["-Xflang", "-target-feature", "-Xflang", "+ptx80"].map(String::from).to_vec()
 }
 
 /// C++ names as users write them (`std::string::size`), by `llvm-cxxfilt` (one run for all of
@@ -134,12 +159,13 @@ fn cxxfilt(clang: &Tool, input: &str) -> Option<Vec<String>> {
 /// → `std::string::size`: the library's long spellings shortened, the parameters left out.
 pub fn short_cxx_name(name: &str) -> String {
     const SHORT: [(&str, &str); 4] = [
-        ("std::__cxx11::basic_string<char, std::char_traits<char>, std::allocator<char> >", "std::string"),
+        ("std::__cxx11::", "std::"),
+        ("std::basic_string<char, std::char_traits<char>, std::allocator<char> >", "std::string"),
         ("std::basic_ostream<char, std::char_traits<char> >", "std::ostream"),
         ("std::basic_istream<char, std::char_traits<char> >", "std::istream"),
-        ("std::__cxx11::", "std::"),
     ];
-    let mut s = name.to_string();
+    // LLVM 22's demangler closes templates with `>>`, LLVM 19's with `> >`.
+    let mut s = name.replace(">>", "> >").replace(">>", "> >");
     for (long, short) in SHORT {
         s = s.replace(long, short);
     }
@@ -243,7 +269,7 @@ mod tests {
     fn a_failed_compile_is_one_line_and_no_panic() {
         let tool = Tool { path: "/nonexistent/clang".into(), major: 19 };
         let cmd = Cmd::new("/nonexistent/clang", "x");
-        match collect(&cmd, Path::new("/nonexistent/x.ll"), "x.c", Compiler::Clang, &tool) {
+        match collect(&[cmd], Path::new("/nonexistent/x.ll"), "x.c", Compiler::Clang, &tool) {
             Source::Failed(why) => assert!(why.starts_with("cannot run '/nonexistent/clang'"), "{why}"),
             Source::Code(_) => panic!("no compiler ran"),
         }
