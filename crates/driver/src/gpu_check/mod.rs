@@ -1,6 +1,6 @@
 //! `ompcc --gpu-check[=ARCH]`: what in a program's device code would not link or run on a GPU,
 //! found while the program is built for the CPU devices. See docs/check.md, "Will it run on a
-//! GPU?".
+//! GPU?" and docs/gpu-portability.md.
 //!
 //! Each source's device code is compiled for the GPU too, with ompcc's own GPU device compile
 //! (the one a GPU build runs) stopped at LLVM IR, which needs no CUDA or ROCm toolkit. That IR
@@ -214,7 +214,7 @@ pub fn report(target: &Target, sources: &[(String, Source)], elsewhere: &HashSet
     }
     if found.total > 0 {
         crate::diag::warning(format!(
-            "--gpu-check found {} problem{} for {} ({}); the build for the CPU devices is not affected (see docs/check.md)",
+            "--gpu-check found {} problem{} for {} ({}); the build for the CPU devices is not affected (see docs/gpu-portability.md)",
             found.total,
             if found.total == 1 { "" } else { "s" },
             target.family.name(),
