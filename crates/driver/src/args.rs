@@ -527,6 +527,16 @@ mod tests {
     }
 
     #[test]
+    fn gpu_check_flag() {
+        assert_eq!(p("-fopenmp a.c").gpu_check, None);
+        let a = p("-fopenmp --gpu-check a.c");
+        assert_eq!(a.gpu_check.as_ref().map(|t| t.arch.as_str()), Some("sm_90"));
+        assert_eq!(a.host_opts().count(), 0, "not passed on to clang");
+        assert_eq!(p("-fopenmp --gpu-check=gfx942 a.c").gpu_check.map(|t| t.triple()), Some("amdgcn-amd-amdhsa"));
+        assert!(parse("ompcc", &["--gpu-check=x86_64".to_string(), "a.c".to_string()]).is_err());
+    }
+
+    #[test]
     fn mode_precedence_and_missing_values() {
         assert_eq!(p("-c -S a.c").mode, Mode::Assemble);
         assert_eq!(p("-c -E a.c").mode, Mode::Preprocess);
