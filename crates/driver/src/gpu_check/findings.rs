@@ -32,13 +32,18 @@ impl Findings {
 
 /// The check of a whole build: `code` of each source; `elsewhere` holds symbols that objects
 /// on the command line define (resolved there, so not missing).
-pub fn check(code: &[DeviceCode], elsewhere: &HashSet<String>, family: Family, arch: &str) -> Findings {
-    let units: Vec<Unit> = code.iter().map(|c| c.unit.clone()).collect();
+pub fn check(code: Vec<DeviceCode>, elsewhere: &HashSet<String>, family: Family, arch: &str) -> Findings {
+    let mut units: Vec<Unit> = Vec::with_capacity(code.len());
+    let mut extra: Vec<(Vec<(Caller, Loc)>, Vec<bool>)> = Vec::with_capacity(code.len());
+    for c in code {
+        units.push(c.unit);
+        extra.push((c.indirect, c.made_up));
+    }
     let g = Graph::build(&units);
     let m = marking::mark(&g, Policy::ALL_REFS);
     let mut hidden = vec![false; g.nodes.len()];
-    for (u, c) in code.iter().enumerate() {
-        for (i, &made_up) in c.made_up.iter().enumerate() {
+    for (u, (_, made_up)) in extra.iter().enumerate() {
+        for (i, &made_up) in made_up.iter().enumerate() {
             hidden[g.unit_nodes[u][i]] |= made_up;
         }
     }
@@ -46,7 +51,7 @@ pub fn check(code: &[DeviceCode], elsewhere: &HashSet<String>, family: Family, a
     let target = format!("{} ({arch})", family.name());
     let mut out = Findings::default();
     missing(&cx, elsewhere, family, &target, &mut out);
-    indirect(&cx, code, &target, &mut out);
+    indirect(&cx, &extra, &target, &mut out);
     recursion(&cx, &mut out);
     out
 }
@@ -256,7 +261,7 @@ fn hint(sym: &str) -> &'static str {
 
 /// Calls through a pointer in device code where device code takes no function's address: the
 /// pointer then came from the host, and a host function's address is no function on the GPU.
-fn indirect(cx: &Cx, code: &[DeviceCode], target: &str, out: &mut Findings) {
+fn indirect(cx: &Cx, extra: &[(Vec<(Caller, Loc)>, Vec<bool>)], target: &str, out: &mut Findings) {
     let g = cx.g;
     let device_takes_addresses = (0..g.nodes.len()).filter(|&n| cx.m.device[n].is_some()).any(|n| {
         g.out(n).iter().any(|e| e.kind == RefKind::Address && g.nodes[e.to].def.is_some() && !cx.hidden[e.to])
@@ -266,8 +271,8 @@ fn indirect(cx: &Cx, code: &[DeviceCode], target: &str, out: &mut Findings) {
     }
     let lookup = |n: usize| g.out(n).iter().any(|e| g.nodes[e.to].sym == "__llvm_omp_indirect_call_lookup");
     let mut seen = HashSet::new();
-    for (u, c) in code.iter().enumerate() {
-        for (caller, loc) in &c.indirect {
+    for (u, (calls, _)) in extra.iter().enumerate() {
+        for (caller, loc) in calls {
             let n = match *caller {
                 Caller::Func(i) => g.unit_nodes[u][i],
                 Caller::Region(r) => g.unit_regions[u][r],
@@ -388,7 +393,7 @@ mod tests {
 
     fn run(file: &str, ir: &str, family: Family) -> Vec<String> {
         let code = vec![super::super::ir::parse(file, Compiler::Clang, ir)];
-        check(&code, &HashSet::new(), family, "sm_90").lines
+        check(code, &HashSet::new(), family, "sm_90").lines
     }
 
     const IR: &str = r#"
@@ -452,7 +457,7 @@ declare void @exit(i32)
         assert!(!lines.iter().any(|l| l.contains("function pointer")), "{lines:#?}");
         let code = vec![super::super::ir::parse("a.c", Compiler::Clang, IR)];
         let elsewhere: HashSet<String> = ["fopen".to_string(), "abort".to_string()].into();
-        let lines = check(&code, &elsewhere, Family::Nvptx, "sm_90");
+        let lines = check(code, &elsewhere, Family::Nvptx, "sm_90");
         assert!(!lines.lines.iter().any(|l| l.contains("not available")), "{lines:#?}");
     }
 

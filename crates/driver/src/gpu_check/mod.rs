@@ -193,11 +193,16 @@ pub fn short_cxx_name(name: &str) -> String {
 /// The check of the whole command: prints one `ompcc: warning:` line per finding, one per
 /// source the GPU compile refused, and a count. `elsewhere`: symbols objects on the command
 /// line define.
-pub fn report(target: &Target, sources: &[(String, Source)], elsewhere: &HashSet<String>) {
+pub fn report(
+    target: &Target,
+    sources: Vec<(String, Source)>,
+    elsewhere: &HashSet<String>,
+    runner: crate::exec::Runner,
+) {
     let mut code = Vec::with_capacity(sources.len());
     for (name, s) in sources {
         match s {
-            Source::Code(c) => code.push(c.clone()),
+            Source::Code(c) => code.push(c),
             Source::Failed(why) => crate::diag::warning(format!(
                 "--gpu-check: {name} could not be compiled for {} ({}), so it is not checked: {why}",
                 target.family.name(),
@@ -205,7 +210,14 @@ pub fn report(target: &Target, sources: &[(String, Source)], elsewhere: &HashSet
             )),
         }
     }
-    let found = findings::check(&code, elsewhere, target.family, &target.arch);
+    let functions: usize = code.iter().map(|c| c.unit.funcs.len()).sum();
+    let units = code.len();
+    let t = std::time::Instant::now();
+    let found = findings::check(code, elsewhere, target.family, &target.arch);
+    runner.note(&format!(
+        "--gpu-check: {functions} functions in {units} source(s), {:.3} ms (graph + search)",
+        t.elapsed().as_secs_f64() * 1e3
+    ));
     for l in &found.lines {
         crate::diag::warning(l);
     }
