@@ -203,6 +203,26 @@ fn silent_on_programs_a_gpu_builds() {
     }
 }
 
+/// A function defined in an object on the command line is not missing; one only declared is.
+#[cfg_attr(omp_e2e, test)]
+fn functions_of_objects_on_the_command_line_are_resolved() {
+    let llvm = Llvm::V22;
+    let dir = scratch("gpu_check_objects");
+    let caller = copy(&dir, "declare_target/caller.c");
+    let callees = copy(&dir, "declare_target/callees.c");
+    let o = ompcc_in(&dir, llvm, &["-fopenmp", "--gpu-check", "-c", &callees, "-o", "callees.o"]);
+    assert!(ompcc_lines(&o, "ompcc -c callees.c").is_empty());
+    let o = ompcc_in(&dir, llvm, &["-fopenmp", "--gpu-check", &caller, "callees.o", "-o", "app"]);
+    assert!(ompcc_lines(&o, "caller.c callees.o").is_empty());
+    assert_eq!(run(&dir, "app"), "r=42\n");
+    // Without the object (-c alone), the call is to a function nothing here defines.
+    let o = ompcc_in(&dir, llvm, &["-fopenmp", "--gpu-check", "-c", &caller, "-o", "caller.o"]);
+    assert_eq!(ompcc_lines(&o, "ompcc -c caller.c"), [
+        "ompcc: warning: caller.c:12: 'ext_marked' is not available on nvptx64 (sm_90): target region in main (caller.c:10) -> ext_marked (call at caller.c:12); call it on the host, or give the device its own definition inside 'declare target'".to_string(),
+        summary(1, "sm_90"),
+    ]);
+}
+
 #[cfg_attr(omp_e2e, test)]
 fn a_wrong_architecture_is_a_usage_error_and_a_missing_gpu_compiler_is_one_line() {
     let dir = scratch("gpu_check_usage");
