@@ -9,6 +9,9 @@ use crate::declare_target::marking::{self, Marking, Policy, Via};
 use omp_gpu_libs::Family;
 use std::collections::HashSet;
 
+/// A unit's calls through pointers: in which function or region, at which place.
+type IndirectCalls = Vec<(Caller, Loc)>;
+
 /// Most lines printed; the rest are counted.
 pub const MAX_FINDINGS: usize = 100;
 
@@ -34,16 +37,18 @@ impl Findings {
 /// on the command line define (resolved there, so not missing).
 pub fn check(code: Vec<DeviceCode>, elsewhere: &HashSet<String>, family: Family, arch: &str) -> Findings {
     let mut units: Vec<Unit> = Vec::with_capacity(code.len());
-    let mut extra: Vec<(Vec<(Caller, Loc)>, Vec<bool>)> = Vec::with_capacity(code.len());
+    let mut calls: Vec<IndirectCalls> = Vec::with_capacity(code.len());
+    let mut made_up: Vec<Vec<bool>> = Vec::with_capacity(code.len());
     for c in code {
         units.push(c.unit);
-        extra.push((c.indirect, c.made_up));
+        calls.push(c.indirect);
+        made_up.push(c.made_up);
     }
     let g = Graph::build(&units);
     let m = marking::mark(&g, Policy::ALL_REFS);
     let mut hidden = vec![false; g.nodes.len()];
-    for (u, (_, made_up)) in extra.iter().enumerate() {
-        for (i, &made_up) in made_up.iter().enumerate() {
+    for (u, unit_made_up) in made_up.iter().enumerate() {
+        for (i, &made_up) in unit_made_up.iter().enumerate() {
             hidden[g.unit_nodes[u][i]] |= made_up;
         }
     }
@@ -51,7 +56,7 @@ pub fn check(code: Vec<DeviceCode>, elsewhere: &HashSet<String>, family: Family,
     let target = format!("{} ({arch})", family.name());
     let mut out = Findings::default();
     missing(&cx, elsewhere, family, &target, &mut out);
-    indirect(&cx, &extra, &target, &mut out);
+    indirect(&cx, &calls, &target, &mut out);
     recursion(&cx, &mut out);
     out
 }
@@ -261,7 +266,7 @@ fn hint(sym: &str) -> &'static str {
 
 /// Calls through a pointer in device code where device code takes no function's address: the
 /// pointer then came from the host, and a host function's address is no function on the GPU.
-fn indirect(cx: &Cx, extra: &[(Vec<(Caller, Loc)>, Vec<bool>)], target: &str, out: &mut Findings) {
+fn indirect(cx: &Cx, calls: &[IndirectCalls], target: &str, out: &mut Findings) {
     let g = cx.g;
     let device_takes_addresses = (0..g.nodes.len()).filter(|&n| cx.m.device[n].is_some()).any(|n| {
         g.out(n).iter().any(|e| e.kind == RefKind::Address && g.nodes[e.to].def.is_some() && !cx.hidden[e.to])
@@ -271,8 +276,8 @@ fn indirect(cx: &Cx, extra: &[(Vec<(Caller, Loc)>, Vec<bool>)], target: &str, ou
     }
     let lookup = |n: usize| g.out(n).iter().any(|e| g.nodes[e.to].sym == "__llvm_omp_indirect_call_lookup");
     let mut seen = HashSet::new();
-    for (u, (calls, _)) in extra.iter().enumerate() {
-        for (caller, loc) in calls {
+    for (u, unit_calls) in calls.iter().enumerate() {
+        for (caller, loc) in unit_calls {
             let n = match *caller {
                 Caller::Func(i) => g.unit_nodes[u][i],
                 Caller::Region(r) => g.unit_regions[u][r],
