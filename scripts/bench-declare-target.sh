@@ -54,3 +54,5 @@ echo "  $(ms "$OMPCC" --clang=clang-$V -fopenmp dag.c -o a.out) ms / $(ms "$OMPC
 "$OMPCC" --clang=clang-$V -fopenmp --declare-target-check -c dag.c -o dag.o >/dev/null 2>&1 || true
 echo "dag.o from ompcc -c, linked: $("$OMPCC" --clang=clang-$V -v -fopenmp --declare-target-check dag.o -o a.out 2>&1 \
   | sed -n 's/.*declare target analysis: .*, \([0-9.]* ms\) (graph + phases); \(.*\)/analysis \1; \2/p' | head -1)"
+# --gpu-check on the same DAG (the GPU device compile to IR, then the graph and its search).
+echo "ordinary build of dag.c, without / with --gpu-check: $(ms "$OMPCC" --clang=clang-$V -fopenmp dag.c -o a.out) ms / $(ms "$OMPCC" --clang=clang-$V -fopenmp --gpu-check dag.c -o a.out) ms; $("$OMPCC" --clang=clang-$V -v -fopenmp --gpu-check dag.c -o a.out 2>&1 | sed -n 's/^# --gpu-check: //p' | head -1)"

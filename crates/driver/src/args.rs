@@ -129,6 +129,8 @@ pub struct Args {
     pub link_lang: Option<Lang>,
     /// `--declare-target-report[=FILE]`, `--declare-target-check`, `--declare-target-filter`.
     pub declare_target: crate::declare_target::Options,
+    /// `--gpu-check[=ARCH]`: also report what would not link or run on that GPU.
+    pub gpu_check: Option<crate::gpu_check::Target>,
     /// `--fortran-section-check=fix|warn|off` (docs/ompcc.md, "Fortran array sections").
     pub fortran_sections: crate::fortran_sections::Mode,
     /// Indexes into [`Args::items`] of the options given after `--host`: the host's alone.
@@ -215,6 +217,7 @@ pub fn parse(prog: &str, argv: &[String]) -> Result<Args> {
         runtime_dir: None,
         link_lang: link_lang_from_prog(prog),
         declare_target: Default::default(),
+        gpu_check: None,
         fortran_sections: Default::default(),
         host_only: Vec::new(),
         warnings: Vec::new(),
@@ -247,6 +250,7 @@ pub fn parse(prog: &str, argv: &[String]) -> Result<Args> {
             ("--declare-target-report", v) => a.declare_target.report = Some(v.unwrap_or_else(|| "-".to_string())),
             ("--declare-target-check", None) => a.declare_target.check = true,
             ("--declare-target-filter", None) => a.declare_target.filter = true,
+            ("--gpu-check", v) => a.gpu_check = Some(crate::gpu_check::Target::parse(v.as_deref())?),
             ("--fortran-section-check", Some(v)) => {
                 a.fortran_sections = match crate::fortran_sections::Mode::parse(&v) {
                     Some(m) => m,
@@ -520,6 +524,16 @@ mod tests {
             p("--declare-target-check a.c").items.is_empty()
                 || p("--declare-target-check a.c").host_opts().count() == 0
         );
+    }
+
+    #[test]
+    fn gpu_check_flag() {
+        assert_eq!(p("-fopenmp a.c").gpu_check, None);
+        let a = p("-fopenmp --gpu-check a.c");
+        assert_eq!(a.gpu_check.as_ref().map(|t| t.arch.as_str()), Some("sm_90"));
+        assert_eq!(a.host_opts().count(), 0, "not passed on to clang");
+        assert_eq!(p("-fopenmp --gpu-check=gfx942 a.c").gpu_check.map(|t| t.triple()), Some("amdgcn-amd-amdhsa"));
+        assert!(parse("ompcc", &["--gpu-check=x86_64".to_string(), "a.c".to_string()]).is_err());
     }
 
     #[test]

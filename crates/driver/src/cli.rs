@@ -27,7 +27,10 @@ Driver options: -E -S -c -fsyntax-only -o -v -### --save-temps --clang=PATH --fl
 Inputs: C, C++ and Fortran sources (Fortran modules are compiled before their users); .s .S .ll .bc
 (compiled for the host, as clang does; device code they carry is kept); objects and archives.
 Declare target analysis: --declare-target-report[=FILE] --declare-target-check --declare-target-filter
-(docs/declare-target.md). Fortran map sections that flang 19-22 would start at the wrong element
+(docs/declare-target.md). GPU check: --gpu-check[=ARCH] (default sm_90; gfx90a… for AMD GPUs)
+also compiles the device code for that GPU (no toolkit needed) and reports what would not link
+or run there: functions its device libraries lack, host function pointers, recursion
+(docs/gpu-portability.md). Fortran map sections that flang 19-22 would start at the wrong element
 are corrected (flang 20-22) or refused (flang 19): --fortran-section-check=fix|warn|off.
 Environment: OMPCC_CLANG, OMPCC_FLANG, OMPCC_RUNTIME_DIR.
 See docs/ompcc.md.";

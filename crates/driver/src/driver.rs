@@ -51,7 +51,15 @@ pub fn build(args: &Args) -> Result<()> {
         }
     };
 
-    let compiled = compile_all(&ctx, &sources, emit, &out_for)?;
+    let mut compiled = compile_all(&ctx, &sources, emit, &out_for)?;
+    if let Some(target) = &args.gpu_check {
+        let checked: Vec<(String, crate::gpu_check::Source)> =
+            compiled.iter_mut().flatten().filter_map(|c| c.gpu.take()).collect();
+        if !checked.is_empty() {
+            let objects = args.inputs.iter().filter(|i| i.lang.is_none()).map(|i| i.path.as_str());
+            crate::gpu_check::report(target, checked, &crate::gpu_check::defined_in_objects(objects), ctx.runner);
+        }
+    }
     if args.mode != Mode::Link {
         return Ok(());
     }

@@ -19,6 +19,7 @@ pub mod error;
 pub mod exec;
 pub mod fortran_sections;
 pub mod gpu;
+pub mod gpu_check;
 pub mod inspect;
 pub mod link;
 pub mod link_explain;

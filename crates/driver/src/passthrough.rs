@@ -66,7 +66,7 @@ pub fn compile(ctx: &Ctx, input: &Input, lang: Lang, emit: Emit, out: Option<&Pa
         c.arg("-o").arg(h.to_string_lossy());
     }
     ctx.runner.run(&c)?;
-    Ok(Compiled { host: host.unwrap_or_default(), devices: Vec::new(), dt: None })
+    Ok(Compiled { host: host.unwrap_or_default(), devices: Vec::new(), dt: None, gpu: None })
 }
 
 /// `-fsyntax-only` of an offloading build: the compiler checks the source for the host first
@@ -78,7 +78,7 @@ fn syntax_check(ctx: &Ctx, input: &Input, lang: Lang) -> Result<Compiled> {
     let (host, devices) = syntax_commands(ctx, input, lang)?;
     ctx.runner.run(&host)?;
     crate::pipeline::run_all(ctx.runner, devices.iter())?;
-    Ok(Compiled { host: PathBuf::new(), devices: Vec::new(), dt: None })
+    Ok(Compiled { host: PathBuf::new(), devices: Vec::new(), dt: None, gpu: None })
 }
 
 /// The commands of [`syntax_check`]: the host's, then one per offload target.

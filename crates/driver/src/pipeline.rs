@@ -4,6 +4,7 @@
 
 use crate::args::{Args, Input, Lang};
 use crate::classify::{classify, is_machine_specific, Class};
+use crate::declare_target::graph::Compiler;
 use crate::error::{Error, Result};
 use crate::exec::{Cmd, Runner};
 use crate::temps::{stem, Temps};
@@ -42,6 +43,8 @@ pub struct Compiled {
     pub devices: Vec<DeviceObj>,
     /// What the declare-target analysis read from the front end (when it runs).
     pub dt: Option<crate::declare_target::graph::Unit>,
+    /// What `--gpu-check` got from the source's GPU device compile (when it runs).
+    pub gpu: Option<(String, crate::gpu_check::Source)>,
 }
 
 /// Everything the phases need.
@@ -158,7 +161,7 @@ impl Ctx<'_> {
                 c.arg("-o").arg(h.to_string_lossy());
             }
             self.runner.run(&c)?;
-            return Ok(Compiled { host: host.unwrap_or_default(), devices: Vec::new(), dt: None });
+            return Ok(Compiled { host: host.unwrap_or_default(), devices: Vec::new(), dt: None, gpu: None });
         }
 
         // 1. Host front end: bitcode that the device compiles read.
@@ -227,10 +230,10 @@ impl Ctx<'_> {
         // side by side; for -c/-S the back end embeds the device objects and waits for them.
         let mut devices = Vec::new();
         let mut dev_cmds = Vec::new();
-        for (ti, t) in self.args.targets.iter().enumerate() {
-            let triple = t.triple.as_str();
+        // A device compile for `triple`, up to its output options; `inc`: a GPU's options
+        // from clang's offload toolchain; `group`: the options of the target's group.
+        let device_cmd = |triple: &str, inc: Option<&Vec<String>>, group: &[Vec<String>]| -> Result<Cmd> {
             let gpu = crate::gpu::is_gpu(triple);
-            let dev = self.temps.path(&st, &format!("{triple}.{}", if gpu { "bc" } else { "o" }));
             let mut c = Cmd::new(prog.clone(), format!("{name}: compile for offload target {triple}"));
             c.arg(format!("--target={triple}")).arg("-fopenmp");
             let x = if fortran { "-Xflang" } else { "-Xclang" };
@@ -252,11 +255,9 @@ impl Ctx<'_> {
                     _ if !fortran => c.arg("-nogpulib"),
                     _ => &mut c,
                 };
-                match gpu_opts.get(ti) {
-                    Some(Ok(inc)) => c.args(inc.iter().cloned()),
-                    Some(Err(e)) => return Err(e.clone()),
-                    None => &mut c,
-                };
+                if let Some(inc) = inc {
+                    c.args(inc.iter().cloned());
+                }
                 c.arg("-emit-llvm");
             }
             for o in self.args.shared_opts() {
@@ -269,11 +270,23 @@ impl Ctx<'_> {
                 }
                 c.args(o.iter().cloned());
             }
-            for o in &t.opts {
+            for o in group {
                 if !matches!(classify(o), Class::Link | Class::Deps) {
                     c.args(o.iter().cloned());
                 }
             }
+            Ok(c)
+        };
+        for (ti, t) in self.args.targets.iter().enumerate() {
+            let triple = t.triple.as_str();
+            let gpu = crate::gpu::is_gpu(triple);
+            let dev = self.temps.path(&st, &format!("{triple}.{}", if gpu { "bc" } else { "o" }));
+            let inc = match gpu_opts.get(ti) {
+                Some(Ok(inc)) => Some(inc),
+                Some(Err(e)) => return Err(e.clone()),
+                None => None,
+            };
+            let mut c = device_cmd(triple, inc, &t.opts)?;
             // flang's CPU device code as bitcode, for the device LTO link with the runtime. For
             // `-c`, a fat object (native code plus bitcode): an object with a bitcode device image
             // could not be linked by flang's or clang's own driver.
@@ -301,6 +314,52 @@ impl Ctx<'_> {
             });
         }
 
+        // `--gpu-check`: the same device compile for that GPU, stopped at IR (no toolkit needed).
+        let gpu = match &self.args.gpu_check {
+            Some(t) => {
+                let triple = t.triple();
+                let inc =
+                    if fortran { Ok(Vec::new()) } else { crate::gpu::device_options(tool, lang, triple, &t.arch) };
+                let ll = self.temps.path(&st, &format!("gpu-check.{}.ll", t.arch));
+                let checked = match inc {
+                    Ok(inc) => {
+                        let march = [vec![format!("-march={}", t.arch)]];
+                        let mut c = device_cmd(triple, (!fortran).then_some(&inc), &march)?;
+                        if fortran {
+                            c.args(crate::gpu_check::flang_ptx_options(t));
+                        }
+                        c.args(crate::gpu_check::IR_OPTIONS);
+                        src(&mut c);
+                        c.arg("-o").arg(ll.to_string_lossy());
+                        // When ompcc's pipeline cannot (flang 22 for amdgcn): the compiler's own
+                        // offload driver, device part only.
+                        let mut own = Cmd::new(prog.clone(), format!("{name}: --gpu-check"));
+                        own.args([
+                            "-fopenmp",
+                            &format!("--offload-arch={}", t.arch),
+                            "--offload-device-only",
+                            "-nogpulib",
+                        ]);
+                        own.arg("-emit-llvm").args(crate::gpu_check::IR_OPTIONS);
+                        fe_opts(&mut own);
+                        src(&mut own);
+                        own.arg("-o").arg(ll.to_string_lossy());
+                        self.runner.note(&format!("{name}: --gpu-check for {} ({})", triple, t.arch));
+                        if self.runner.dry_run || self.runner.verbose {
+                            crate::diag::line(&format!(" {}", c.shell_line()));
+                        }
+                        (!self.runner.dry_run).then(|| {
+                            let compiler = if fortran { Compiler::Flang } else { Compiler::Clang };
+                            crate::gpu_check::collect(&[c, own], &ll, name, compiler, &self.tc.clang)
+                        })
+                    }
+                    Err(e) => Some(crate::gpu_check::Source::Failed(e.to_string())),
+                };
+                checked.map(|s| (name.clone(), s))
+            }
+            None => None,
+        };
+
         let host = final_out(if emit == Emit::Assembly { "s" } else { "o" });
         let mut be = Cmd::new(prog, format!("{name}: host compile"));
         offload_flags(&mut be);
@@ -317,7 +376,7 @@ impl Ctx<'_> {
         if emit == Emit::ForLink {
             be.arg(bc.to_string_lossy()).arg("-o").arg(host.to_string_lossy());
             run_all(self.runner, dev_cmds.iter().chain(std::iter::once(&be)))?;
-            return Ok(Compiled { host, devices, dt });
+            return Ok(Compiled { host, devices, dt, gpu });
         }
 
         run_all(self.runner, dev_cmds.iter())?;
@@ -336,7 +395,7 @@ impl Ctx<'_> {
             let scratch = self.temps.path(&st, "declare-target");
             crate::declare_target::facts::keep(self.runner, &objcopy, u, &host, emit == Emit::Assembly, &scratch)?;
         }
-        Ok(Compiled { host, devices: Vec::new(), dt: None })
+        Ok(Compiled { host, devices: Vec::new(), dt: None, gpu })
     }
 }
 
