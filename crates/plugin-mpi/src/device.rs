@@ -126,9 +126,10 @@ impl Device for MpiDevice {
         Some(self.link.copy_between(self.place(src), to, size).map_err(|e| match e {
             CopyFailure::Source(e) => self.error(e),
             // The destination's rank is marked lost by the link: its next call says so.
-            CopyFailure::Destination(CallError::Died(how)) => {
-                PluginError::failed(format!("the copy's destination was lost: {}", self.lost_line(to_rank, index, &how)))
-            }
+            CopyFailure::Destination(CallError::Died(how)) => PluginError::failed(format!(
+                "the copy's destination was lost: {}",
+                self.lost_line(to_rank, index, &how)
+            )),
             CopyFailure::Destination(CallError::Failed(m)) => PluginError::failed(m),
         }))
     }

@@ -13,8 +13,8 @@
 //! launches and kernel output behave as they do there.
 
 mod device;
-mod peer;
 pub mod link;
+mod peer;
 pub mod proto;
 pub mod serve;
 
@@ -68,7 +68,8 @@ impl MpiPlugin {
     pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Self {
         let off = get("LIBOMPTARGET_MPI").is_some_and(|v| v == "0");
         let launched = !off && LAUNCHER_VARS.iter().any(|k| get(k).is_some());
-        let info = get("LIBOMPTARGET_INFO").and_then(|v| info_bits(&v)).is_some_and(|bits| bits & INFO_DATA_TRANSFER != 0);
+        let info =
+            get("LIBOMPTARGET_INFO").and_then(|v| info_bits(&v)).is_some_and(|bits| bits & INFO_DATA_TRANSFER != 0);
         MpiPlugin { launched, info, flavor: omp_mpi::Mpi::launcher(&get), state: OnceLock::new() }
     }
 

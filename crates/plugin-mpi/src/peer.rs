@@ -18,6 +18,7 @@ use omp_worker::{CallError, Worker};
 use std::collections::{HashMap, VecDeque};
 use std::sync::mpsc::{self, Sender};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// Which way a copy goes, and the other rank: at most one copy moves per key.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -97,14 +98,17 @@ impl Peers {
             for job in jobs {
                 report(match job {
                     Job::Read { key, index, device, addr, mut buf, len } => {
-                        let result = worker.read_into(device, addr, &mut buf[..len]);
+                        let result =
+                            worker.read_into(device, addr, &mut buf[..len]).map_err(|e| how_it_ended(&worker, e));
                         Copied::Piece { key, index, buf, result }
                     }
                     Job::Write { key, index, device, addr, buf, len } => {
-                        let result = worker.write(device, addr, &buf[..len]);
+                        let result = worker.write(device, addr, &buf[..len]).map_err(|e| how_it_ended(&worker, e));
                         Copied::Piece { key, index, buf, result }
                     }
-                    Job::Across { id, c } => Copied::Across { id, result: across(&worker, c) },
+                    Job::Across { id, c } => {
+                        Copied::Across { id, result: across(&worker, c).map_err(|e| how_it_ended(&worker, e)) }
+                    }
                 });
             }
         })?;
@@ -232,6 +236,22 @@ impl Peers {
             let t = q.pop_front().expect("the front");
             self.ended.push((t.id, t.failure.map_or(Ok(()), Err)));
         }
+    }
+}
+
+/// A copy that found the worker gone learns how it ended (its reader thread reaps it a
+/// moment later: a second at most).
+fn how_it_ended(worker: &Worker, e: CallError) -> CallError {
+    let CallError::Died(gone) = e else { return e };
+    let start = Instant::now();
+    loop {
+        if let Some(how) = worker.died() {
+            return CallError::Died(how);
+        }
+        if start.elapsed() > Duration::from_secs(1) {
+            return CallError::Died(gone);
+        }
+        std::thread::sleep(Duration::from_millis(1));
     }
 }
 

@@ -326,7 +326,9 @@ impl Serve {
                 Ok(c) if c.other != self.me && self.device_ranks.contains(&c.other) => {
                     self.peers.begin(&self.mpi, id, op == OP_PEER_SEND, c)
                 }
-                Ok(c) => self.reply(id, Err(CallError::Failed(format!("MPI rank {} is not another device rank", c.other)))),
+                Ok(c) => {
+                    self.reply(id, Err(CallError::Failed(format!("MPI rank {} is not another device rank", c.other))))
+                }
                 Err(e) => self.reply(id, Err(CallError::Failed(e))),
             },
             OP_COPY_ACROSS => match CopyAcross::decode(payload) {
