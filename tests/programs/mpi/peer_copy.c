@@ -6,7 +6,7 @@
 #include <omp.h>
 #include <stdio.h>
 
-// Three pieces of a rank-to-rank copy (8 MiB each), the last one short.
+// Eleven pieces of a rank-to-rank copy (2 MiB each), the last one short.
 #define N ((20 << 20) / 4 + 3)
 #define ROWS 64
 #define COLS 1024
