@@ -299,13 +299,15 @@ fn copies_between_devices_of_ranks_skip_the_program() {
         let (o, _) = mpirun(l, &[exe.to_str().unwrap()], 2, &[], &[("LIBOMPTARGET_INFO", "0x20")]);
         let err = text(&o.stderr);
         assert!(o.status.success() && text(&o.stdout) == want, "{l:?}: {}\n{err}", o.status);
-        let direct = err.lines().filter(|l| l.contains("MPI rank 1 -> rank 2, direct, from its device 0 to its device 0"));
+        let direct =
+            err.lines().filter(|l| l.contains("MPI rank 1 -> rank 2, direct, from its device 0 to its device 0"));
         // The whole copy, then the rectangle's 16 rows.
         let sizes: Vec<&str> = direct.map(|l| l.rsplit("Size=").next().unwrap()).collect();
         assert_eq!(sizes.len(), 17, "{l:?}: {err}");
         assert_eq!((sizes[0], sizes[1]), ("20971532", "400"), "{l:?}: {err}");
         assert_eq!(err.matches("MPI rank 1 -> rank 1, within the rank, from its device 0 to its device 1").count(), 1);
-        let summary = err.lines().find(|l| l.contains("MPI devices: the program's rank sent")).unwrap_or_else(|| panic!("{err}"));
+        let summary =
+            err.lines().find(|l| l.contains("MPI devices: the program's rank sent")).unwrap_or_else(|| panic!("{err}"));
         let numbers: Vec<u64> = summary.split(|c: char| !c.is_ascii_digit()).filter_map(|w| w.parse().ok()).collect();
         // sent, received (the three counts: 12 bytes), copies and bytes rank to rank, within.
         assert_eq!(numbers, [0, 12, 17, 20971532 + 16 * 400, 1, 20971532], "{l:?}: {summary}");
