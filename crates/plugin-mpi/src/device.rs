@@ -23,17 +23,18 @@ impl MpiDevice {
         match e {
             CallError::Failed(m) => PluginError::failed(m),
             // `how` is the rank's own account ("its device worker (pid N) ended: ...").
-            CallError::Died(how) => PluginError::lost(self.lost_line(&self.rank, self.index, &how)),
+            CallError::Died(how) => PluginError::lost(lost_line(&self.rank, self.index, &how)),
         }
-    }
-
-    fn lost_line(&self, rank: &Rank, index: u32, how: &str) -> String {
-        format!("MPI device rank {} on {} (its device {index}): {how}", rank.rank, rank.host)
     }
 
     fn place(&self, addr: usize) -> Place {
         Place { rank: self.rank.rank, device: self.index, addr: addr as u64 }
     }
+}
+
+/// Which device of which rank ended, and how (the rank's own account).
+fn lost_line(rank: &Rank, index: u32, how: &str) -> String {
+    format!("MPI device rank {} on {} (its device {index}): {how}", rank.rank, rank.host)
 }
 
 impl RequestPeer for MpiDevice {
@@ -126,10 +127,9 @@ impl Device for MpiDevice {
         Some(self.link.copy_between(self.place(src), to, size).map_err(|e| match e {
             CopyFailure::Source(e) => self.error(e),
             // The destination's rank is marked lost by the link: its next call says so.
-            CopyFailure::Destination(CallError::Died(how)) => PluginError::failed(format!(
-                "the copy's destination was lost: {}",
-                self.lost_line(to_rank, index, &how)
-            )),
+            CopyFailure::Destination(CallError::Died(how)) => {
+                PluginError::failed(format!("the copy's destination was lost: {}", lost_line(to_rank, index, &how)))
+            }
             CopyFailure::Destination(CallError::Failed(m)) => PluginError::failed(m),
         }))
     }

@@ -139,7 +139,8 @@ pub fn main(devices: u32, worker_exe: PathBuf) -> i32 {
         Err(e) => {
             eprintln!("offload-mpi-device (rank {rank}): cannot start {}: {e}", worker_exe.display());
             // The program learns it at its first call: every request is answered "lost".
-            return serve_lost(mpi, program, format!("could not start its device worker: {e}"));
+            let peer = move |r: i32| r != rank && device_ranks.contains(&r);
+            return serve_lost(mpi, program, format!("could not start its device worker: {e}"), peer);
         }
     };
     Serve {
@@ -406,7 +407,8 @@ impl Serve {
 }
 
 /// A rank whose worker could not start: every request is answered "lost", until shutdown.
-fn serve_lost(mpi: Mpi, program: i32, why: String) -> i32 {
+/// Its part of a copy with another device rank (one that `peer` accepts) still moves, empty.
+fn serve_lost(mpi: Mpi, program: i32, why: String, peer: impl Fn(i32) -> bool) -> i32 {
     let mut wait = Backoff::new();
     let mut sends = Vec::new();
     loop {
@@ -424,7 +426,8 @@ fn serve_lost(mpi: Mpi, program: i32, why: String) -> i32 {
                         return 1;
                     }
                     Some((id, op, p)) => {
-                        if let (OP_PEER_SEND | OP_PEER_RECV, Ok(c)) = (op, PeerCopy::decode(p)) {
+                        let copy = PeerCopy::decode(p).ok().filter(|c| peer(c.other));
+                        if let (OP_PEER_SEND | OP_PEER_RECV, Some(c)) = (op, copy) {
                             // Keep the other rank in step: empty pieces out, its pieces taken.
                             let mut sink = vec![0u8; if op == OP_PEER_RECV { PIECE } else { 0 }];
                             for i in 0..c.pieces() {
