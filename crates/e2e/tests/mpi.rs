@@ -282,3 +282,70 @@ fn a_program_that_uses_mpi_itself_runs_unchanged() {
     assert!(o.status.success(), "{}\n{}", o.status, text(&o.stderr));
     assert_eq!(text(&o.stdout), "size=2 devices=4 sum=42\n", "{}", text(&o.stderr));
 }
+
+/// `omp_target_memcpy` and `omp_target_memcpy_rect` between devices of two ranks move the
+/// bytes from rank to rank, and between two devices of one rank inside that rank: the data
+/// arrives, INFO's data-transfer bit names each direct copy, and the program's rank moved only
+/// the kernels' counts (its summary at exit).
+#[cfg_attr(omp_e2e, test)]
+fn copies_between_devices_of_ranks_skip_the_program() {
+    let exe = build("peer", "mpi/peer_copy.c");
+    let want = "rank to rank: rc=0 differ=0\nwithin a rank: rc=0 differ=0\nrect rank to rank: rc=0 differ=0\n";
+    for l in LAUNCHERS {
+        let (o, _) = mpirun(l, &[exe.to_str().unwrap()], 2, &[], &[]);
+        assert!(o.status.success(), "{l:?}: {}\n{}", o.status, text(&o.stderr));
+        assert_eq!(text(&o.stdout), want, "{l:?}: {}", text(&o.stderr));
+
+        let (o, _) = mpirun(l, &[exe.to_str().unwrap()], 2, &[], &[("LIBOMPTARGET_INFO", "0x20")]);
+        let err = text(&o.stderr);
+        assert!(o.status.success() && text(&o.stdout) == want, "{l:?}: {}\n{err}", o.status);
+        let direct =
+            err.lines().filter(|l| l.contains("MPI rank 1 -> rank 2, direct, from its device 0 to its device 0"));
+        // The whole copy, then the rectangle's 16 rows.
+        let sizes: Vec<&str> = direct.map(|l| l.rsplit("Size=").next().unwrap()).collect();
+        assert_eq!(sizes.len(), 17, "{l:?}: {err}");
+        assert_eq!((sizes[0], sizes[1]), ("20971532", "400"), "{l:?}: {err}");
+        assert_eq!(err.matches("MPI rank 1 -> rank 1, within the rank, from its device 0 to its device 1").count(), 1);
+        let summary =
+            err.lines().find(|l| l.contains("MPI devices: the program's rank sent")).unwrap_or_else(|| panic!("{err}"));
+        let numbers: Vec<u64> = summary.split(|c: char| !c.is_ascii_digit()).filter_map(|w| w.parse().ok()).collect();
+        // sent, received (the three counts: 12 bytes), copies and bytes rank to rank, within.
+        assert_eq!(numbers, [0, 12, 17, 20971532 + 16 * 400, 1, 20971532], "{l:?}: {summary}");
+    }
+}
+
+/// A side of a rank-to-rank copy dies mid-copy: the source's worker (the source device is
+/// lost), the destination's worker (the copy fails, naming the destination), or the
+/// destination's device rank itself (the launcher ends the job). Each ends within 10 s with
+/// its cause named.
+#[cfg_attr(omp_e2e, test)]
+fn a_side_of_a_rank_to_rank_copy_that_dies_is_named_within_10_s() {
+    let exe = build("peer-dies", "mpi/peer_dies.c");
+    let host = hostname();
+    for l in LAUNCHERS {
+        for what in ["source", "destination", "rank"] {
+            let (o, took) = mpirun(l, &[exe.to_str().unwrap(), what], 2, &[], &[]);
+            let (out, err) = (text(&o.stdout), text(&o.stderr));
+            assert!(took < Duration::from_secs(10), "{l:?} {what}: took {took:?}: {out}\n{err}");
+            assert!(out.starts_with("copying\n"), "{l:?} {what}: {out}\n{err}");
+            let named = match what {
+                "source" => format!("MPI device rank 1 on {host} (its device 0): its device worker"),
+                "destination" => format!(
+                    "omp_target_memcpy failed: the copy's destination was lost: MPI device rank 2 on {host} (its device 0): its device worker"
+                ),
+                _ => {
+                    let all = out.clone() + &err;
+                    let named = match l {
+                        OpenMpi => all.contains("process rank 2"),
+                        Mpich => all.contains("BAD TERMINATION") && all.contains("Killed (signal 9)"),
+                    };
+                    assert!(named && all.contains(&host) && !o.status.success(), "{l:?} {what}: {all}");
+                    continue;
+                }
+            };
+            let line = err.lines().find(|line| line.contains(&named)).unwrap_or_else(|| panic!("{l:?} {what}: {err}"));
+            assert!(line.contains("killed by signal 9 (SIGKILL)"), "{l:?} {what}: {line}");
+            assert!(out.contains("copy failed\n"), "{l:?} {what}: {out}\n{err}");
+        }
+    }
+}

@@ -344,12 +344,34 @@ impl Mpi {
 
     /// Whether `req` completed (it may not be tested again once it has).
     pub fn test(&self, req: &mut Request) -> Result<bool> {
+        self.test_status(req).map(|done| done.is_some())
+    }
+
+    /// Whether the receive `req` completed, and then how many bytes arrived (it may not be
+    /// tested again once it has).
+    pub fn test_received(&self, req: &mut Request) -> Result<Option<usize>> {
+        match self.test_status(req)? {
+            Some(raw) => self.byte_count(&raw).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    fn test_status(&self, req: &mut Request) -> Result<Option<RawStatus>> {
         let mut flag: c_int = 0;
         let mut raw = RawStatus([0; 64]);
         let r = (&mut req.0 as *mut u64).cast::<c_void>();
         // SAFETY: `r` holds a request this library returned; `flag` and `raw` are writable.
         let rc = with_fns!(self, f => unsafe { (f.test)(r, &mut flag, raw.0.as_mut_ptr().cast()) });
-        check("MPI_Test", rc).map(|_| flag != 0)
+        check("MPI_Test", rc).map(|_| (flag != 0).then_some(raw))
+    }
+
+    /// The bytes a status (of a completed receive or a probe) counts.
+    fn byte_count(&self, raw: &RawStatus) -> Result<usize> {
+        let mut n: c_int = 0;
+        // SAFETY: `raw` is a status MPI filled; `n` is writable.
+        let rc = with_fns!(self, f => unsafe { (f.get_count)(raw.0.as_ptr().cast(), f.byte, &mut n) });
+        check("MPI_Get_count", rc)?;
+        usize::try_from(n).map_err(|_| format!("MPI reports a message of {n} bytes"))
     }
 
     /// A message waiting from `source` (any when `None`) with `tag`, without receiving it.
@@ -363,16 +385,12 @@ impl Mpi {
         if flag == 0 {
             return Ok(None);
         }
-        let mut n: c_int = 0;
-        // SAFETY: `raw` is the status MPI_Iprobe just filled.
-        let rc = with_fns!(self, f => unsafe { (f.get_count)(raw.0.as_ptr().cast(), f.byte, &mut n) });
-        check("MPI_Get_count", rc)?;
+        let len = self.byte_count(&raw)?;
         let field = |at: usize| i32::from_ne_bytes([raw.0[at], raw.0[at + 1], raw.0[at + 2], raw.0[at + 3]]);
         let (source, tag) = match self.flavor {
             Flavor::OpenMpi => (field(0), field(4)),
             Flavor::Mpich => (field(8), field(12)),
         };
-        let len = usize::try_from(n).map_err(|_| format!("MPI reports a message of {n} bytes"))?;
         Ok(Some(Status { source, tag, len }))
     }
 

@@ -2,8 +2,8 @@
 //! program's MPI link. Its addresses are the device rank's worker's: a kernel there never
 //! reaches the program's memory.
 
-use crate::link::{Link, Rank};
-use omp_plugin::{AllocKind, Device, GlobalSymbol, ImageId, KernelId, LaunchConfig, PluginError, Result};
+use crate::link::{CopyFailure, Link, Place, Rank};
+use omp_plugin::{AllocKind, Device, GlobalSymbol, ImageId, KernelId, LaunchConfig, Peer, PluginError, Result};
 use omp_worker::{with_launch_request, CallError, Request, RequestPeer, Response};
 use std::ffi::CStr;
 use std::sync::Arc;
@@ -14,18 +14,27 @@ pub struct MpiDevice {
     pub(crate) index: u32,
 }
 
+/// The backend a [`Peer`] of an MPI device names (its handle: the rank and the device there).
+const PEER_BACKEND: &str = "x86_64 (MPI)";
+
 impl MpiDevice {
     /// A call's failure as the plugin contract's error, naming the rank and its host.
     fn error(&self, e: CallError) -> PluginError {
         match e {
             CallError::Failed(m) => PluginError::failed(m),
             // `how` is the rank's own account ("its device worker (pid N) ended: ...").
-            CallError::Died(how) => PluginError::lost(format!(
-                "MPI device rank {} on {} (its device {}): {how}",
-                self.rank.rank, self.rank.host, self.index
-            )),
+            CallError::Died(how) => PluginError::lost(lost_line(&self.rank, self.index, &how)),
         }
     }
+
+    fn place(&self, addr: usize) -> Place {
+        Place { rank: self.rank.rank, device: self.index, addr: addr as u64 }
+    }
+}
+
+/// Which device of which rank ended, and how (the rank's own account).
+fn lost_line(rank: &Rank, index: u32, how: &str) -> String {
+    format!("MPI device rank {} on {} (its device {index}): {how}", rank.rank, rank.host)
 }
 
 impl RequestPeer for MpiDevice {
@@ -89,6 +98,40 @@ impl Device for MpiDevice {
 
     unsafe fn copy_within(&self, dst: usize, src: usize, size: usize) -> Result<()> {
         self.copy_request(dst, src, size)
+    }
+
+    fn peer(&self) -> Option<Peer> {
+        Some(Peer { backend: PEER_BACKEND, handle: (self.rank.rank as usize) << 32 | self.index as usize })
+    }
+
+    /// To another MPI device: between two ranks, the bytes go from this rank straight to
+    /// the other; inside one rank, that rank copies. Never through the program's rank.
+    unsafe fn copy_to_peer(&self, peer: Peer, dst: usize, src: usize, size: usize) -> Option<Result<()>> {
+        if peer.backend != PEER_BACKEND {
+            return None;
+        }
+        let (rank, index) = ((peer.handle >> 32) as i32, peer.handle as u32);
+        let to_rank = self.link.ranks.iter().find(|r| r.rank == rank)?;
+        if size == 0 {
+            return Some(Ok(()));
+        }
+        if self.link.info {
+            let how = if rank == self.rank.rank { "within the rank" } else { "direct" };
+            eprintln!(
+                "omptarget info: Copying data from device to device, MPI rank {} -> rank {rank}, {how}, from its device \
+                 {} to its device {index}, SrcPtr=0x{src:016x}, DstPtr=0x{dst:016x}, Size={size}",
+                self.rank.rank, self.index
+            );
+        }
+        let to = Place { rank, device: index, addr: dst as u64 };
+        Some(self.link.copy_between(self.place(src), to, size).map_err(|e| match e {
+            CopyFailure::Source(e) => self.error(e),
+            // The destination's rank is marked lost by the link: its next call says so.
+            CopyFailure::Destination(CallError::Died(how)) => {
+                PluginError::failed(format!("the copy's destination was lost: {}", lost_line(to_rank, index, &how)))
+            }
+            CopyFailure::Destination(CallError::Failed(m)) => PluginError::failed(m),
+        }))
     }
 
     unsafe fn launch(&self, kernel: KernelId, args: &[usize], config: &LaunchConfig) -> Result<()> {

@@ -14,6 +14,7 @@
 
 mod device;
 pub mod link;
+mod peer;
 pub mod proto;
 pub mod serve;
 
@@ -36,6 +37,8 @@ const JOIN_LIMIT: Duration = Duration::from_secs(60);
 /// The plugin: the devices of every device rank of the job.
 pub struct MpiPlugin {
     launched: bool,
+    /// `LIBOMPTARGET_INFO` has the data-transfer bit (0x20).
+    info: bool,
     /// The MPI whose launcher started the program, tried first.
     flavor: omp_mpi::Flavor,
     state: OnceLock<State>,
@@ -65,16 +68,31 @@ impl MpiPlugin {
     pub fn from_env(get: impl Fn(&str) -> Option<String>) -> Self {
         let off = get("LIBOMPTARGET_MPI").is_some_and(|v| v == "0");
         let launched = !off && LAUNCHER_VARS.iter().any(|k| get(k).is_some());
-        MpiPlugin { launched, flavor: omp_mpi::Mpi::launcher(&get), state: OnceLock::new() }
+        let info =
+            get("LIBOMPTARGET_INFO").and_then(|v| info_bits(&v)).is_some_and(|bits| bits & INFO_DATA_TRANSFER != 0);
+        MpiPlugin { launched, info, flavor: omp_mpi::Mpi::launcher(&get), state: OnceLock::new() }
     }
 
     fn state(&self) -> &State {
-        self.state.get_or_init(|| if self.launched { start(self.flavor) } else { State::Off(None) })
+        self.state.get_or_init(|| if self.launched { start(self.flavor, self.info) } else { State::Off(None) })
     }
 }
 
+/// `LIBOMPTARGET_INFO`'s data-transfer bit.
+const INFO_DATA_TRANSFER: u64 = 0x20;
+
+/// `LIBOMPTARGET_INFO` as the runtime reads it: decimal, `0x` hexadecimal, or negative (`-1`:
+/// every bit).
+fn info_bits(v: &str) -> Option<u64> {
+    let v = v.trim();
+    if let Some(hex) = v.strip_prefix("0x").or_else(|| v.strip_prefix("0X")) {
+        return u64::from_str_radix(hex, 16).ok();
+    }
+    v.parse::<i64>().ok().map(|n| n as u64)
+}
+
 /// Starts MPI in the program's rank and learns the job's device ranks.
-fn start(flavor: omp_mpi::Flavor) -> State {
+fn start(flavor: omp_mpi::Flavor, info: bool) -> State {
     if omp_mpi::already_loaded() {
         return State::Off(Some(
             "this program uses MPI itself: MPI devices are off (its MPI_Init must be the only one; docs/cluster.md)"
@@ -150,7 +168,7 @@ fn start(flavor: omp_mpi::Flavor) -> State {
     }
     // Every device rank hears the shutdown (and MPI is finalised) at exit, also those
     // that offer nothing.
-    let link = match Link::start(mpi, ranks.clone(), every_device_rank) {
+    let link = match Link::start(mpi, ranks.clone(), every_device_rank, info) {
         Ok(l) => Arc::new(l),
         Err(e) => return State::Off(Some(format!("cannot start the MPI thread: {e}"))),
     };
@@ -215,5 +233,12 @@ mod tests {
         });
         assert_eq!(off.device_count(), 0);
         assert!(!omp_mpi::already_loaded());
+    }
+
+    #[test]
+    fn the_info_data_transfer_bit_is_read_as_the_runtime_reads_it() {
+        let info = |v: &'static str| MpiPlugin::from_env(move |k| (k == "LIBOMPTARGET_INFO").then(|| v.into())).info;
+        assert!(info("0x20") && info("32") && info("-1") && info("63"));
+        assert!(!info("0x1f") && !info("16") && !info("0"));
     }
 }

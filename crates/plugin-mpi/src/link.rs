@@ -4,7 +4,10 @@
 //! only due it backs off ([`Backoff`]), so a program waiting for a long kernel uses almost
 //! no CPU.
 
-use crate::proto::{self, Backoff, HEAD, MAX_CHUNK, MAX_REPLY, OP_SHUTDOWN, STATUS_LOST, TAG_REPLY};
+use crate::proto::{
+    self, Backoff, CopyAcross, PeerCopy, HEAD, MAX_CHUNK, MAX_PEER_COPY, MAX_REPLY, OP_COPY_ACROSS, OP_PEER_RECV,
+    OP_PEER_SEND, OP_SHUTDOWN, STATUS_LOST, TAG_REPLY,
+};
 use omp_mpi::{Mpi, Request as MpiRequest};
 use omp_sync::Mutex;
 use omp_worker::client::{decode, Expect};
@@ -70,8 +73,60 @@ struct Call {
 
 enum Msg {
     Call(Call),
+    /// The two halves of a rank-to-rank copy: both are sent, or (a rank is lost) neither.
+    Pair(Call, Call),
     /// The program is ending: tell every rank, finalise MPI, then answer.
     Shutdown(Sender<()>),
+}
+
+/// A place in a device rank's memory: its rank, the device there and an address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Place {
+    pub rank: i32,
+    pub device: u32,
+    pub addr: u64,
+}
+
+/// Which side of a copy between devices failed.
+#[derive(Debug)]
+pub enum CopyFailure {
+    Source(CallError),
+    Destination(CallError),
+}
+
+/// What the program's rank moved (`LIBOMPTARGET_INFO`'s data-transfer bit prints it at exit).
+#[derive(Debug, Default)]
+pub struct Moved {
+    /// Copy bytes the program's rank sent to device ranks and received from them.
+    pub sent: AtomicU64,
+    pub received: AtomicU64,
+    /// Copies (and their bytes) from a device rank to another, and inside one device rank,
+    /// none of whose bytes passed through the program's rank.
+    pub rank_to_rank: AtomicU64,
+    pub rank_to_rank_bytes: AtomicU64,
+    pub within_rank: AtomicU64,
+    pub within_rank_bytes: AtomicU64,
+}
+
+impl Moved {
+    fn add(counter: &AtomicU64, n: usize) {
+        counter.fetch_add(n as u64, Ordering::Relaxed);
+    }
+
+    /// The line printed at exit.
+    pub fn summary(&self) -> String {
+        let get = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        format!(
+            "MPI devices: the program's rank sent {} and received {} bytes of device data; {} copies ({} bytes) went \
+             rank to rank directly and {} ({} bytes) within a rank, none through the program's rank",
+            get(&self.sent),
+            get(&self.received),
+            get(&self.rank_to_rank),
+            get(&self.rank_to_rank_bytes),
+            get(&self.within_rank),
+            get(&self.within_rank_bytes)
+        )
+    }
 }
 
 /// The link to every device rank.
@@ -79,16 +134,39 @@ pub struct Link {
     tx: Mutex<Sender<Msg>>,
     next: AtomicU64,
     pub ranks: Vec<Rank>,
+    pub moved: Moved,
+    /// `LIBOMPTARGET_INFO` has the data-transfer bit: each direct copy, and [`Moved`] at exit.
+    pub info: bool,
 }
 
 impl Link {
     /// Starts the MPI thread, which owns `mpi` (initialised, hellos exchanged) from now on;
     /// `every` device rank hears the shutdown, also those that offer no devices.
-    pub fn start(mpi: Mpi, ranks: Vec<Rank>, every: Vec<i32>) -> std::io::Result<Link> {
+    pub fn start(mpi: Mpi, ranks: Vec<Rank>, every: Vec<i32>, info: bool) -> std::io::Result<Link> {
         let (tx, rx) = mpsc::channel();
         let all = every;
         std::thread::Builder::new().name("omp-mpi".into()).spawn(move || Progress::new(mpi, all).run(rx))?;
-        Ok(Link { tx: Mutex::new(tx), next: AtomicU64::new(1), ranks })
+        Ok(Link { tx: Mutex::new(tx), next: AtomicU64::new(1), ranks, moved: Moved::default(), info })
+    }
+
+    /// A call to `rank` (not yet sent) and the slot its result arrives in.
+    fn call_to(
+        &self,
+        rank: i32,
+        header_of: impl FnOnce(u64) -> Vec<u8>,
+        data: Option<(usize, usize)>,
+        reply: Reply,
+    ) -> (Call, Arc<Slot>) {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        let slot = Arc::new(Slot::default());
+        (Call { rank, id, header: header_of(id), data, reply, slot: slot.clone() }, slot)
+    }
+
+    fn post(&self, msg: Msg) -> Result<(), CallError> {
+        self.tx
+            .lock()
+            .send(msg)
+            .map_err(|_| CallError::Died("is unreachable: the program's MPI link has shut down".into()))
     }
 
     fn submit(
@@ -98,13 +176,51 @@ impl Link {
         data: Option<(usize, usize)>,
         reply: Reply,
     ) -> Result<Response, CallError> {
-        let id = self.next.fetch_add(1, Ordering::Relaxed);
-        let slot = Arc::new(Slot::default());
-        let call = Call { rank, id, header: header_of(id), data, reply, slot: slot.clone() };
-        if self.tx.lock().send(Msg::Call(call)).is_err() {
-            return Err(CallError::Died("is unreachable: the program's MPI link has shut down".into()));
-        }
+        let (call, slot) = self.call_to(rank, header_of, data, reply);
+        self.post(Msg::Call(call))?;
         slot.wait()
+    }
+
+    /// Copies `len` bytes from `from` to `to`, two places in device ranks' memory, without
+    /// the program's rank: between two ranks, the source's rank sends them to the
+    /// destination's (the program sends each its half and waits for both); inside one rank,
+    /// that rank copies.
+    pub fn copy_between(&self, from: Place, to: Place, len: usize) -> Result<(), CopyFailure> {
+        for at in (0..len).step_by(MAX_PEER_COPY) {
+            let n = MAX_PEER_COPY.min(len - at);
+            let (src, dst) = (from.addr + at as u64, to.addr + at as u64);
+            if from.rank == to.rank {
+                let c = CopyAcross { from: from.device, src, to: to.device, dst, len: n };
+                let header = |id| proto::message(id, OP_COPY_ACROSS, &[&c.encode()]);
+                self.submit(from.rank, header, None, Reply::Typed(Expect::Done)).map_err(CopyFailure::Source)?;
+                Moved::add(&self.moved.within_rank_bytes, n);
+                continue;
+            }
+            let send = PeerCopy { device: from.device, addr: src, len: n, other: to.rank };
+            let recv = PeerCopy { device: to.device, addr: dst, len: n, other: from.rank };
+            let (a, sent) = self.call_to(
+                from.rank,
+                |id| proto::message(id, OP_PEER_SEND, &[&send.encode()]),
+                None,
+                Reply::Typed(Expect::Done),
+            );
+            let (b, received) = self.call_to(
+                to.rank,
+                |id| proto::message(id, OP_PEER_RECV, &[&recv.encode()]),
+                None,
+                Reply::Typed(Expect::Done),
+            );
+            self.post(Msg::Pair(a, b)).map_err(CopyFailure::Source)?;
+            // Both answer, whatever happens to the other (the sender's failure reaches the
+            // receiver as empty pieces).
+            let (sent, received) = (sent.wait(), received.wait());
+            sent.map_err(CopyFailure::Source)?;
+            received.map_err(CopyFailure::Destination)?;
+            Moved::add(&self.moved.rank_to_rank_bytes, n);
+        }
+        let copies = if from.rank == to.rank { &self.moved.within_rank } else { &self.moved.rank_to_rank };
+        Moved::add(copies, 1);
+        Ok(())
     }
 
     /// A worker request to `rank`, answered as the worker answers it.
@@ -123,6 +239,7 @@ impl Link {
             let head = wire::Enc::default().u32(device).u64(addr + at as u64).u64(n as u64).0;
             let header = |id| proto::message(id, wire::OP_WRITE, &[&head]);
             self.submit(rank, header, Some((host + at, n)), Reply::Typed(Expect::Done))?;
+            Moved::add(&self.moved.sent, n);
         }
         Ok(())
     }
@@ -137,12 +254,16 @@ impl Link {
             let head = wire::Enc::default().u32(device).u64(addr + at as u64).u64(n as u64).0;
             let header = |id| proto::message(id, wire::OP_READ, &[&head]);
             self.submit(rank, header, None, Reply::Into { ptr: host + at, len: n })?;
+            Moved::add(&self.moved.received, n);
         }
         Ok(())
     }
 
     /// Tells every rank the program ends and finalises MPI (the program's exit).
     pub fn shutdown(&self) {
+        if self.info {
+            eprintln!("omptarget info: {}", self.moved.summary());
+        }
         let (tx, rx) = mpsc::channel();
         if self.tx.lock().send(Msg::Shutdown(tx)).is_ok() {
             let _ = rx.recv();
@@ -218,6 +339,10 @@ impl Progress {
                     self.wait.active();
                     self.send(c);
                 }
+                Some(Msg::Pair(a, b)) => {
+                    self.wait.active();
+                    self.send_pair(a, b);
+                }
                 Some(Msg::Shutdown(done)) => {
                     self.shutdown();
                     let _ = done.send(());
@@ -229,9 +354,11 @@ impl Progress {
         }
     }
 
-    fn send(&mut self, c: Call) {
+    /// Sends a call; `false` when it could not be (its caller has its answer already).
+    fn send(&mut self, c: Call) -> bool {
         if let Some(why) = self.lost.get(&c.rank) {
-            return c.slot.complete(Err(CallError::Died(why.clone())));
+            c.slot.complete(Err(CallError::Died(why.clone())));
+            return false;
         }
         let posted = self.post(c.rank, c.header, proto::TAG_REQUEST).and_then(|_| match c.data {
             Some((ptr, len)) => {
@@ -244,8 +371,34 @@ impl Progress {
         match posted {
             Ok(data) => {
                 self.pending.insert(c.id, Pending { rank: c.rank, reply: c.reply, slot: c.slot, data });
+                true
             }
-            Err(e) => c.slot.complete(Err(CallError::Died(format!("cannot be reached: {e}")))),
+            Err(e) => {
+                c.slot.complete(Err(CallError::Died(format!("cannot be reached: {e}"))));
+                false
+            }
+        }
+    }
+
+    /// Both halves of a rank-to-rank copy, or, when either rank is lost, neither (a half
+    /// sent alone would leave its rank waiting for pieces that never come).
+    fn send_pair(&mut self, a: Call, b: Call) {
+        let lost = [&a, &b].iter().find_map(|c| self.lost.get(&c.rank).map(|why| (c.rank, why.clone())));
+        let Some((rank, why)) = lost else {
+            if self.send(a) {
+                self.send(b);
+            } else {
+                b.slot.complete(Err(CallError::Failed("the copy's source rank could not be sent its part".into())));
+            }
+            return;
+        };
+        for c in [a, b] {
+            let e = if c.rank == rank {
+                CallError::Died(why.clone())
+            } else {
+                CallError::Failed(format!("the copy's other rank, MPI rank {rank}, is lost"))
+            };
+            c.slot.complete(Err(e));
         }
     }
 

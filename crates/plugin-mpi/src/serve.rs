@@ -7,12 +7,17 @@
 //! through a channel, which also wakes the MPI thread; while nothing is in flight it backs
 //! off, so an idle rank, or one whose kernel runs for seconds, uses almost no CPU.
 
-use crate::proto::{self, Backoff, Hello, MAX_CHUNK, MAX_REQUEST, OP_SHUTDOWN, ROLE_DEVICE, ROLE_PROGRAM, STATUS_LOST};
+use crate::peer::{Copied, Peers};
+use crate::proto::{
+    self, Backoff, CopyAcross, Hello, PeerCopy, MAX_CHUNK, MAX_REQUEST, OP_COPY_ACROSS, OP_PEER_RECV, OP_PEER_SEND,
+    OP_SHUTDOWN, PIECE, ROLE_DEVICE, ROLE_PROGRAM, STATUS_LOST,
+};
 use omp_mpi::{Mpi, Request as MpiRequest};
 use omp_worker::{wire, CallError, Request, Response, SpawnOptions, Worker};
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::sync::Arc;
 use std::time::Duration;
 
 /// How long a device rank waits for the program's rank to join at start-up.
@@ -22,6 +27,7 @@ pub const JOIN_LIMIT: Duration = Duration::from_secs(60);
 enum Event {
     Reply(u64, Result<Response, CallError>),
     Output(bool, Vec<u8>),
+    Copied(Copied),
 }
 
 /// A write whose bytes are being received.
@@ -42,7 +48,12 @@ const POOL: usize = 4;
 struct Serve {
     mpi: Mpi,
     program: i32,
-    worker: Worker,
+    /// This rank and every device rank of the job (the others a copy may go to or come from).
+    me: i32,
+    device_ranks: Vec<i32>,
+    worker: Arc<Worker>,
+    /// Copies to and from other device ranks, and between devices of this one.
+    peers: Peers,
     events: Receiver<Event>,
     tx: Sender<Event>,
     sends: Vec<(MpiRequest, Vec<u8>)>,
@@ -113,19 +124,32 @@ pub fn main(devices: u32, worker_exe: PathBuf) -> i32 {
             );
         }
     }
+    let device_ranks: Vec<i32> = (0..hellos.len())
+        .filter(|&r| hellos[r].as_ref().is_some_and(|h| h.role == ROLE_DEVICE))
+        .map(|r| r as i32)
+        .collect();
     let (tx, events) = mpsc::channel();
-    let worker = match spawn_worker(&worker_exe, devices, tx.clone()) {
+    let started = spawn_worker(&worker_exe, devices, tx.clone()).and_then(|w| {
+        let w = Arc::new(w);
+        let copied = tx.clone();
+        Peers::start(w.clone(), move |c| drop(copied.send(Event::Copied(c)))).map(|p| (w, p))
+    });
+    let (worker, peers) = match started {
         Ok(w) => w,
         Err(e) => {
             eprintln!("offload-mpi-device (rank {rank}): cannot start {}: {e}", worker_exe.display());
             // The program learns it at its first call: every request is answered "lost".
-            return serve_lost(mpi, program, format!("could not start its device worker: {e}"));
+            let peer = move |r: i32| r != rank && device_ranks.contains(&r);
+            return serve_lost(mpi, program, format!("could not start its device worker: {e}"), peer);
         }
     };
     Serve {
         mpi,
         program,
+        me: rank,
+        device_ranks,
         worker,
+        peers,
         events,
         tx,
         sends: Vec::new(),
@@ -156,7 +180,7 @@ fn spawn_worker(exe: &std::path::Path, devices: u32, tx: Sender<Event>) -> std::
 impl Serve {
     fn run(mut self) -> i32 {
         loop {
-            let event = if !self.sends.is_empty() || !self.writes.is_empty() {
+            let event = if !self.sends.is_empty() || !self.writes.is_empty() || self.peers.moving() {
                 std::thread::yield_now();
                 self.events.try_recv().ok()
             } else {
@@ -180,6 +204,10 @@ impl Serve {
             }
             self.finish_sends();
             self.finish_writes();
+            for (id, r) in self.peers.progress(&self.mpi) {
+                self.wait.active();
+                self.reply(id, r.map(|_| Response::Done));
+            }
             loop {
                 match self.mpi.probe(Some(self.program), proto::TAG_REQUEST) {
                     Ok(Some(st)) => {
@@ -212,6 +240,10 @@ impl Serve {
         self.wait.active();
         match e {
             Event::Reply(id, r) => self.reply(id, r),
+            Event::Copied(Copied::Piece { key, index, buf, result }) => {
+                self.peers.piece(&self.mpi, key, index, buf, result)
+            }
+            Event::Copied(Copied::Across { id, result }) => self.reply(id, result.map(|_| Response::Done)),
             Event::Output(is_err, b) => {
                 let tag = if is_err { wire::OUT_STDERR } else { wire::OUT_STDOUT };
                 for chunk in b.chunks(64 << 10) {
@@ -291,6 +323,19 @@ impl Serve {
                     }
                 }
             }
+            OP_PEER_SEND | OP_PEER_RECV => match PeerCopy::decode(payload) {
+                Ok(c) if c.other != self.me && self.device_ranks.contains(&c.other) => {
+                    self.peers.begin(&self.mpi, id, op == OP_PEER_SEND, c)
+                }
+                Ok(c) => {
+                    self.reply(id, Err(CallError::Failed(format!("MPI rank {} is not another device rank", c.other))))
+                }
+                Err(e) => self.reply(id, Err(CallError::Failed(e))),
+            },
+            OP_COPY_ACROSS => match CopyAcross::decode(payload) {
+                Ok(c) => self.peers.across(id, c),
+                Err(e) => self.reply(id, Err(CallError::Failed(e))),
+            },
             _ => {
                 let mut args = std::mem::take(&mut self.args);
                 match Request::decode(op, payload, &mut args) {
@@ -362,7 +407,8 @@ impl Serve {
 }
 
 /// A rank whose worker could not start: every request is answered "lost", until shutdown.
-fn serve_lost(mpi: Mpi, program: i32, why: String) -> i32 {
+/// Its part of a copy with another device rank (one that `peer` accepts) still moves, empty.
+fn serve_lost(mpi: Mpi, program: i32, why: String, peer: impl Fn(i32) -> bool) -> i32 {
     let mut wait = Backoff::new();
     let mut sends = Vec::new();
     loop {
@@ -380,6 +426,26 @@ fn serve_lost(mpi: Mpi, program: i32, why: String) -> i32 {
                         return 1;
                     }
                     Some((id, op, p)) => {
+                        let copy = PeerCopy::decode(p).ok().filter(|c| peer(c.other));
+                        if let (OP_PEER_SEND | OP_PEER_RECV, Some(c)) = (op, copy) {
+                            // Keep the other rank in step: empty pieces out, its pieces taken.
+                            let mut sink = vec![0u8; if op == OP_PEER_RECV { PIECE } else { 0 }];
+                            for i in 0..c.pieces() {
+                                let n = if op == OP_PEER_RECV { c.piece(i).1 } else { 0 };
+                                let moved = if op == OP_PEER_RECV {
+                                    // SAFETY: `sink` outlives the receive, which is waited for here.
+                                    unsafe { mpi.irecv(sink.as_mut_ptr(), n, c.other, proto::TAG_PEER) }
+                                } else {
+                                    // SAFETY: as above; an empty send reads nothing.
+                                    unsafe { mpi.isend(sink.as_ptr(), 0, c.other, proto::TAG_PEER) }
+                                };
+                                if let Ok(mut r) = moved {
+                                    while !mpi.test(&mut r).unwrap_or(true) {
+                                        std::thread::yield_now();
+                                    }
+                                }
+                            }
+                        }
                         if op == wire::OP_WRITE {
                             // Take its bytes, to keep the stream in step.
                             let len = wire::Dec(p.get(12..).unwrap_or(&[])).u64().unwrap_or(0) as usize;

@@ -1,6 +1,6 @@
 // Costs on one device (argv[1], default the last): an empty target region (mean of argv[2]
 // runs), then 64 MiB host-to-device and device-to-host copies (omp_target_memcpy, best of
-// 5), and, with argv[3] naming a second device, 64 MiB between the two devices.
+// 5), and, for each further device argv[3], argv[4], ..., 64 MiB from the first device to it.
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,7 +25,6 @@ int main(int argc, char **argv) {
   int host = omp_get_initial_device();
   int dev = argc > 1 ? atoi(argv[1]) : omp_get_num_devices() - 1;
   int runs = argc > 2 ? atoi(argv[2]) : 2000;
-  int other = argc > 3 ? atoi(argv[3]) : -1;
   for (int i = 0; i < 100; i++) {
 #pragma omp target device(dev)
     {}
@@ -43,7 +42,8 @@ int main(int argc, char **argv) {
   double up = best_copy(d, h, dev, host), down = best_copy(h, d, host, dev);
   printf("64 MiB to device: %.2f GB/s\n", BYTES / up / 1e9);
   printf("64 MiB from device: %.2f GB/s\n", BYTES / down / 1e9);
-  if (other >= 0) {
+  for (int k = 3; k < argc; k++) {
+    int other = atoi(argv[k]);
     void *o = omp_target_alloc(BYTES, other);
     double across = best_copy(o, d, other, dev);
     printf("64 MiB device %d to device %d: %.2f GB/s\n", dev, other, BYTES / across / 1e9);
