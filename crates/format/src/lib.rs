@@ -8,6 +8,7 @@
 pub mod bytes;
 pub mod elf;
 pub mod entries;
+pub mod json;
 pub mod offload_binary;
 pub mod source_loc;
 

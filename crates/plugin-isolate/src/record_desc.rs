@@ -7,6 +7,8 @@ use omp_plugin::LaunchConfig;
 use std::fmt::Write as _;
 use std::path::PathBuf;
 
+use omp_format::json::quote as json_string;
+
 /// A launch as a record describes it: the device, the kernel's arguments (after `dyn_ptr`),
 /// its configuration and the device memory it ran on.
 #[derive(Clone, Copy)]
@@ -46,23 +48,6 @@ fn image_libraries() -> Vec<PathBuf> {
         }
     }
     libs
-}
-
-pub(crate) fn json_string(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
 }
 
 /// The description (`NAME.json`). Addresses and argument values are hexadecimal strings (a

@@ -10,6 +10,8 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::time::Instant;
 
+use omp_format::json::quote;
+
 /// What a span was.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Category {
@@ -82,23 +84,6 @@ fn thread_id() -> u64 {
     ID.with(|i| *i)
 }
 
-fn json_str(s: &str) -> String {
-    let mut out = String::with_capacity(s.len() + 2);
-    out.push('"');
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            c if (c as u32) < 0x20 => {
-                let _ = write!(out, "\\u{:04x}", c as u32);
-            }
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
-}
-
 /// Writes `bytes` into the file at `path` as the user named it: symlinks are followed and
 /// FIFOs and devices are written to, never replaced (no temporary file, no rename). A
 /// regular file is truncated first, unless it is the file our own stdout or stderr goes to
@@ -162,7 +147,7 @@ impl Profiler {
             let _ = write!(
                 s,
                 ",\n{{\"name\":{},\"cat\":\"{}\",\"ph\":\"X\",\"ts\":{:.3},\"dur\":{:.3},\"pid\":{pid},\"tid\":{},\"args\":{{\"device\":{}",
-                json_str(&r.span.name),
+                quote(&r.span.name),
                 r.span.cat.name(),
                 r.start_ns as f64 / 1000.0,
                 r.dur_ns as f64 / 1000.0,
@@ -173,7 +158,7 @@ impl Profiler {
                 let _ = write!(s, ",\"bytes\":{}", r.span.bytes);
             }
             for (k, v) in &r.span.args {
-                let _ = write!(s, ",{}:{}", json_str(k), json_str(v));
+                let _ = write!(s, ",{}:{}", quote(k), quote(v));
             }
             s.push_str("}}");
         }
