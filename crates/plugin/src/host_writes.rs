@@ -132,11 +132,14 @@ impl WriteWatch {
         match self.scan(start, end, flags, PAGE_IS_PRESENT, any, any) {
             Ok(runs) => Some(runs),
             // Part of the range is not registered yet (or no more: it was unmapped and mapped
-            // again). What the failed scan protected before it stopped is lost, so the caller
-            // takes the range as written; the next restart answers precisely.
+            // again). What the failed scan protected before it stopped is lost: the answer
+            // is the whole range, written, and the pages the second scan finds unseen.
             Err(e) if e.raw_os_error() == Some(libc::EPERM) => {
                 self.register(start, end);
-                None
+                let mut runs = self.scan(start, end, flags, PAGE_IS_PRESENT, any, any).ok()?;
+                runs.retain(|r| r.unseen);
+                runs.insert(0, PageRun { start, end, unseen: false });
+                Some(runs)
             }
             Err(_) => None,
         }
@@ -265,9 +268,9 @@ mod tests {
     fn writes_after_a_restart_are_the_pages_written() {
         let Some(w) = watch_where_the_kernel_has_it() else { return };
         let (s, e) = memory(64);
-        assert_eq!(w.restart(s, e), None, "the first restart registers the range and answers nothing");
-        let first = w.restart(s, e).expect("a registered range restarts");
+        let first = w.restart(s, e).expect("the range can be watched");
         assert_eq!(first, [PageRun { start: s, end: e, unseen: false }], "freshly registered: all written");
+        assert_eq!(w.restart(s, e), Some(vec![]), "nothing written since");
         assert_eq!(w.written(s, e), Some(vec![]), "nothing written since");
         poke(s + 5 * PAGE + 17);
         poke(s + 6 * PAGE);
@@ -306,9 +309,9 @@ mod tests {
         } as usize;
         // SAFETY: the mapping just made.
         unsafe { std::ptr::write_bytes(p as *mut u8, 1, len) };
-        assert_eq!(w.restart(p, p + len), None);
-        let runs = w.restart(p, p + len).expect("registered");
-        assert_eq!(runs, [PageRun { start: p, end: p + len, unseen: true }]);
+        let whole = |unseen| PageRun { start: p, end: p + len, unseen };
+        assert_eq!(w.restart(p, p + len), Some(vec![whole(false), whole(true)]), "registered now");
+        assert_eq!(w.restart(p, p + len), Some(vec![whole(true)]));
         // SAFETY: the mapping made above.
         unsafe { libc::munmap(p as *mut libc::c_void, len) };
     }
