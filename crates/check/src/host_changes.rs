@@ -58,7 +58,9 @@ impl Checker {
         s: usize,
         end: usize,
     ) {
-        let Some(watch) = &self.host_writes else { return };
+        // Only kernels on a device that tracks accesses look for host changes. Skipping a
+        // restart is safe: the pages keep what the last one said of them.
+        let Some(watch) = self.host_writes.as_ref().filter(|_| self.tracks(key.0)) else { return };
         let Some(e) = entries.get_mut(&key) else { return };
         let (first, last) = host_pages(e);
         if (last - first) / PAGE < MIN_WATCHED_PAGES {
@@ -139,6 +141,11 @@ mod tests {
     /// A checker following `host` mapped whole on each of `devices`, every byte copied.
     fn mapped_on(devices: &[i32], host: &[u8]) -> Checker {
         let checker = Checker::new(CheckMode::All).expect("checking is on");
+        for &dev in devices {
+            let mock = omp_plugin::mock::MockDevice::new();
+            mock.track_accesses();
+            checker.devices.lock().insert(dev, Arc::new(mock));
+        }
         let begin = host.as_ptr() as usize;
         let mut entries = checker.entries.lock();
         for &dev in devices {

@@ -190,7 +190,10 @@ fn stale_data_in_large_mappings_is_found_among_the_pages_written() {
     let exe = build(Llvm::V22, "check/stale_large.c", &[]);
     let o = run(&exe, &[CHECK]);
     assert_eq!(text(&o.stdout), "s=1312768\n", "{}", text(&o.stderr));
-    one_finding(&o, &["stale device data", "`b[0:(1 << 17)]`", "stale_large.c:22:1", "target update to(b[0:(1 << 17)])"]);
+    one_finding(
+        &o,
+        &["stale device data", "`b[0:(1 << 17)]`", "stale_large.c:22:1", "target update to(b[0:(1 << 17)])"],
+    );
 }
 
 #[cfg_attr(omp_e2e, test)]
