@@ -281,7 +281,8 @@ impl Entry {
     /// the record are compared at all where the system says which ([`HostDirty`]).
     pub fn host_changed_pages(&self) -> Vec<usize> {
         let mut out = Vec::new();
-        if self.synced.is_empty() || !self.host_readable() {
+        let unwritten = self.host_dirty.as_ref().is_some_and(|d| !d.any_page());
+        if self.synced.is_empty() || unwritten || !self.host_readable() {
             return out;
         }
         let ranges = self.synced_within(0, self.size);

@@ -35,6 +35,11 @@ impl HostDirty {
         }
     }
 
+    /// Whether some host page of the mapping may have changed.
+    pub(crate) fn any_page(&self) -> bool {
+        self.dirty.contains(&true)
+    }
+
     /// Whether some host page of the bytes `[start, end)` (addresses) may have changed.
     pub(crate) fn any(&self, start: usize, end: usize) -> bool {
         let (i, j) = (start.saturating_sub(self.first) / PAGE, end.saturating_sub(self.first).div_ceil(PAGE));
