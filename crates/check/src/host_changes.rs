@@ -103,8 +103,11 @@ impl Checker {
         let mut device = i32::MIN;
         while let Some((&(dev, _), _)) = entries.range((device, 0)..).next() {
             // A device's mappings do not overlap: those that hold these pages come last
-            // among the ones that begin before `end`.
+            // among the ones that begin before `end` (empty ones hold nothing, wherever).
             for (&k, e) in entries.range_mut((dev, 0)..(dev, end)).rev() {
+                if e.size == 0 {
+                    continue;
+                }
                 if e.begin + e.size <= start {
                     break;
                 }
@@ -194,8 +197,11 @@ mod tests {
             assert_eq!(dirty(0), 2, "the two pages written are compared, no other");
         }
         // Device 0 copies the array again: for it, nothing changed; device 1 still has the
-        // old bytes, though the new watch on device 0 forgot the writes.
+        // old bytes, though the new watch on device 0 forgot the writes (an empty mapping on
+        // device 1 where page 3 starts hides nothing).
         let mut entries = checker.entries.lock();
+        let empty = Entry::new(1, begin + 3 * PAGE, 0, 0x5000_0000, MapName::NONE, None);
+        entries.insert((1, begin + 3 * PAGE), empty);
         checker.host_record_retaken(&mut entries, (0, begin), 0, host.len());
         entries.get_mut(&(0, begin)).expect("mapped").synced_now(0, host.len());
         drop(entries);
