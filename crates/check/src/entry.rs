@@ -2,6 +2,7 @@
 //! of them that covers, and which device pages hold data.
 
 use super::advice::Clause;
+use super::host_changes::HostDirty;
 use omp_plugin::{host_memory, TRACK_PAGE};
 use omp_runtime::trace::TargetKind;
 use omp_runtime::{Loc, MapName};
@@ -68,6 +69,9 @@ pub(super) struct Entry {
     pub touched: Vec<bool>,
     /// The clause of the first copy to the device that was watched.
     pub copy_clause: Option<Clause>,
+    /// Which host pages may have changed since the record was taken, where the system says
+    /// (`None`: any of them).
+    pub host_dirty: Option<HostDirty>,
 }
 
 impl Entry {
@@ -100,6 +104,7 @@ impl Entry {
             copied_in: vec![false; pages],
             touched: vec![false; pages],
             copy_clause: None,
+            host_dirty: None,
         }
     }
 
@@ -272,16 +277,21 @@ impl Entry {
     /// of its synced bytes: tracking says only that a kernel read the page, not which bytes,
     /// and a page the host changed in part (an update of a sub-range) must not raise a false
     /// alarm. Comparing two elements a page, not every byte, keeps the cost before each
-    /// kernel to a few cache lines a page.
+    /// kernel to a few cache lines a page, and only pages the program may have written since
+    /// the record are compared at all where the system says which ([`HostDirty`]).
     pub fn host_changed_pages(&self) -> Vec<usize> {
         let mut out = Vec::new();
-        if self.synced.is_empty() || !self.host_readable() {
+        let unwritten = self.host_dirty.as_ref().is_some_and(|d| !d.any_page());
+        if self.synced.is_empty() || unwritten || !self.host_readable() {
             return out;
         }
         let ranges = self.synced_within(0, self.size);
         // A head or tail of 8 bytes is read as one word, with no call per comparison. What
         // remains is the page walk to each page of the program's and of the record (a
         // translation miss a page: 4 KiB pages), most of the checker's cost on large mappings.
+        // A word on no page the program wrote since the record cannot differ from it.
+        let written =
+            |(a, b): (usize, usize)| self.host_dirty.as_ref().is_none_or(|d| d.any(self.begin + a, self.begin + b));
         let differs = |a: usize, b: usize| {
             let Ok(was) = <[u8; 8]>::try_from(&self.snapshot[a..b]) else {
                 return !self.host_equals(a, &self.snapshot[a..b]);
@@ -304,7 +314,7 @@ impl Entry {
             let (first, last) = ((a0.max(s), b0.min(e)), (ranges[k].0.max(s), ranges[k].1.min(e)));
             let head = (first.0, first.1.min(first.0 + 8));
             let tail = (last.1.saturating_sub(8).max(last.0), last.1);
-            if differs(head.0, head.1) && differs(tail.0, tail.1) {
+            if written(head) && written(tail) && differs(head.0, head.1) && differs(tail.0, tail.1) {
                 out.push(i);
             }
         }

@@ -266,6 +266,8 @@ impl Checker {
                 if !e.host_readable() {
                     return;
                 }
+                self.host_record_retaken(&mut entries, key, s, end);
+                let e = entries.get_mut(&key).expect("key");
                 e.synced_now(s, end);
                 if dir == Direction::ToDevice && !compilers_copy {
                     e.meaningful = true;

@@ -21,6 +21,7 @@ mod advice;
 mod entry;
 mod events;
 mod fault;
+mod host_changes;
 mod leaks;
 mod raw;
 mod report;
@@ -101,6 +102,8 @@ pub(crate) struct Checker {
     watching_less_said: Mutex<HashSet<i32>>,
     /// Live `omp_target_alloc` blocks by (device, address).
     raw: Mutex<BTreeMap<(i32, usize), raw::RawBlock>>,
+    /// What the system says of the program's writes (finding stale data), where it can.
+    host_writes: Option<omp_plugin::host_writes::WriteWatch>,
 }
 
 /// Mappings remembered after their end.
@@ -154,6 +157,9 @@ impl Checker {
             ended: Mutex::new(std::collections::VecDeque::new()),
             watching_less_said: Mutex::new(HashSet::new()),
             raw: Mutex::new(BTreeMap::new()),
+            host_writes: matches!(mode, CheckMode::All | CheckMode::Bugs)
+                .then(omp_plugin::host_writes::WriteWatch::new)
+                .flatten(),
         })
     }
 

@@ -152,12 +152,18 @@ impl Checker {
     /// (the advisor).
     fn watch_plan(&self, device: i32) -> WatchPlan {
         let mut plan = WatchPlan { pages: HashMap::new(), unwatched: Vec::new(), raw: raw::RawWatch::default() };
-        let entries = self.entries.lock();
-        for (&key, e) in entries.range((device, 0)..=(device, usize::MAX)) {
+        let mut entries = self.entries.lock();
+        for (&key, e) in entries.range_mut((device, 0)..=(device, usize::MAX)) {
             if e.size == 0 || e.made_by.is_none() {
                 continue;
             }
-            let changed = if self.findings() { e.host_changed_pages() } else { Vec::new() };
+            let changed = if self.findings() {
+                self.host_writes_noted(e);
+                e.host_changed_pages()
+            } else {
+                Vec::new()
+            };
+            let e = &*e;
             let first_page = e.first_page();
             let mut watch = |i: usize, f: &dyn Fn(&mut Why)| {
                 let page = first_page + i * TRACK_PAGE;

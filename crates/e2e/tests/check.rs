@@ -182,6 +182,20 @@ fn without_isolation_only_the_checks_that_need_it_are_skipped() {
     assert!(o.status.success() && findings(&o).is_empty(), "{}", text(&o.stderr));
 }
 
+/// On large mappings the checker compares only the pages the system says the program wrote:
+/// a change among them is found, a write that changed nothing and the pages left alone are
+/// silent, and an update ends it.
+#[cfg_attr(omp_e2e, test)]
+fn stale_data_in_large_mappings_is_found_among_the_pages_written() {
+    let exe = build(Llvm::V22, "check/stale_large.c", &[]);
+    let o = run(&exe, &[CHECK]);
+    assert_eq!(text(&o.stdout), "s=1312768\n", "{}", text(&o.stderr));
+    one_finding(
+        &o,
+        &["stale device data", "`b[0:(1 << 17)]`", "stale_large.c:22:1", "target update to(b[0:(1 << 17)])"],
+    );
+}
+
 #[cfg_attr(omp_e2e, test)]
 fn the_advisor_sums_avoidable_transfers_and_allocations() {
     let exe = build(Llvm::V22, "check/advice.c", &[]);

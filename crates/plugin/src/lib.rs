@@ -31,6 +31,7 @@
 //!   blanket impl each, so no hand-written forwarding can drop a method.
 
 pub mod host_memory;
+pub mod host_writes;
 #[cfg(feature = "mock")]
 pub mod mock;
 
