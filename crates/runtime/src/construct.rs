@@ -5,14 +5,47 @@
 use crate::data::{ConstructState, Directive, MapArgs};
 use crate::error::{report, Abandoned};
 use crate::launch::{KernelLaunch, OFFLOAD_FAIL, OFFLOAD_SUCCESS};
+use crate::spread::Spread;
 use crate::trace::{self, Event, TargetKind};
+use crate::SelectError;
 use crate::{DeviceCtx, Failed, Loc, Runtime, Target};
 
 impl Runtime {
     /// `__tgt_target_kernel`. A failure is reported here: its step's lines, then (after the
     /// construct's end) the line that gives the region up.
     pub fn target_kernel(&self, loc: Loc, device_id: i64, host_ptr: usize, launch: &mut KernelLaunch) -> i32 {
-        let dev = match self.check_device(device_id, loc) {
+        // Off, spreading costs this one test.
+        if let Some(spread) = &self.spread {
+            if launch.nowait && device_id == -1 {
+                return self.target_kernel_spread(spread, loc, host_ptr, launch);
+            }
+        }
+        self.target_kernel_on(self.check_device(device_id, loc), loc, host_ptr, launch)
+    }
+
+    /// A `nowait` region that names no device, under `LIBOMPTARGET_SPREAD`: placed by
+    /// [`Runtime::place`], counted in flight on its device until it ends.
+    #[cold]
+    #[inline(never)]
+    fn target_kernel_spread(&self, spread: &Spread, loc: Loc, host_ptr: usize, launch: &mut KernelLaunch) -> i32 {
+        let placed = self.place(spread, loc, host_ptr, &launch.args);
+        let selected = match &placed {
+            Some(p) => Ok(Target::Device(p.device.clone())),
+            None => self.check_device(-1, loc),
+        };
+        self.target_kernel_on(selected, loc, host_ptr, launch)
+    }
+
+    /// A `target` region on the device selected for it.
+    #[inline(always)]
+    fn target_kernel_on(
+        &self,
+        selected: Result<Target, SelectError>,
+        loc: Loc,
+        host_ptr: usize,
+        launch: &mut KernelLaunch,
+    ) -> i32 {
+        let dev = match selected {
             Ok(Target::Device(d)) => d,
             Ok(Target::Host) => return OFFLOAD_FAIL,
             Err(e) => {
