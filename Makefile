@@ -112,6 +112,7 @@ bench: setup dist
 	./scripts/bench.sh
 	./scripts/bench-bigmaps.sh
 	./scripts/bench-mpi.sh
+	./scripts/bench-spread.sh
 
 fmt:
 	$(CARGO) fmt --all

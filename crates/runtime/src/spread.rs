@@ -21,6 +21,7 @@ use crate::map_type::{self as mt, has};
 use crate::table::{Lookup, MappingTable};
 use crate::{DeviceCtx, Loc, Runtime, Target};
 use omp_sync::Mutex;
+use std::collections::HashMap;
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -60,7 +61,7 @@ impl fmt::Display for Stay {
     }
 }
 
-/// The placement state: regions in flight per device.
+/// The placement state: regions in flight per device, and the data they map.
 #[derive(Default)]
 pub struct Spread {
     /// Per device number: regions placed there and still running, and whether its images
@@ -72,6 +73,10 @@ pub struct Spread {
     /// Whether registered binaries have declare-target variables, for the registry
     /// generation it was computed at.
     globals: Mutex<Option<(u64, bool)>>,
+    /// The host addresses that movable regions in flight map, by device: a mapping that
+    /// starts at one of them is such a region's own data, not data entered on the device.
+    /// Counted: several regions may map the same data.
+    own: Mutex<HashMap<(i32, usize), u32>>,
 }
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -80,16 +85,29 @@ struct Slot {
     refused: bool,
 }
 
-/// A region's device, counted as in flight there until dropped.
+/// A region's device, counted as in flight there until dropped, with the host addresses
+/// its data starts at when it was moved (its own data, see [`Spread::own`]).
 pub struct Placement<'s> {
     pub device: Arc<DeviceCtx>,
     spread: &'s Spread,
+    mapped: Vec<usize>,
 }
 
 impl Drop for Placement<'_> {
     fn drop(&mut self) {
-        if let Some(s) = self.spread.slots.lock().get_mut(self.device.id as usize) {
-            s.in_flight = s.in_flight.saturating_sub(1);
+        let id = self.device.id;
+        self.spread.release(id);
+        if self.mapped.is_empty() {
+            return;
+        }
+        let mut own = self.spread.own.lock();
+        for &begin in &self.mapped {
+            if let Some(n) = own.get_mut(&(id, begin)) {
+                *n -= 1;
+                if *n == 0 {
+                    own.remove(&(id, begin));
+                }
+            }
         }
     }
 }
@@ -104,11 +122,12 @@ impl Spread {
         }
         slots[i].in_flight += 1;
         drop(slots);
-        Placement { device, spread: self }
+        Placement { device, spread: self, mapped: Vec::new() }
     }
 
-    /// The least loaded of `candidates` (not refused), counted in flight; ties take turns.
-    fn least_loaded(&self, candidates: &[Arc<DeviceCtx>]) -> Option<Placement<'_>> {
+    /// The least loaded of `candidates` that is neither refused nor `tried`, counted in
+    /// flight there; ties take turns.
+    fn least_loaded(&self, candidates: &[Arc<DeviceCtx>], tried: &[i32]) -> Option<Arc<DeviceCtx>> {
         let mut slots = self.slots.lock();
         if let Some(last) = candidates.iter().map(|d| d.id as usize).max() {
             if slots.len() <= last {
@@ -119,12 +138,18 @@ impl Spread {
         let n = candidates.len();
         let best = (0..n)
             .map(|k| &candidates[(start + k) % n])
-            .filter(|d| !slots[d.id as usize].refused)
+            .filter(|d| !slots[d.id as usize].refused && !tried.contains(&d.id))
             .min_by_key(|d| slots[d.id as usize].in_flight)?
             .clone();
         slots[best.id as usize].in_flight += 1;
-        drop(slots);
-        Some(Placement { device: best, spread: self })
+        Some(best)
+    }
+
+    /// A region on `id` ended (or was not placed there after all).
+    fn release(&self, id: i32) {
+        if let Some(s) = self.slots.lock().get_mut(id as usize) {
+            s.in_flight = s.in_flight.saturating_sub(1);
+        }
     }
 
     /// Marks a device whose images did not load: not chosen again.
@@ -132,6 +157,22 @@ impl Spread {
         if let Some(s) = self.slots.lock().get_mut(id as usize) {
             s.refused = true;
         }
+    }
+
+    /// The host addresses that movable regions in flight on `id` map (a snapshot).
+    fn own(&self, id: i32) -> Vec<usize> {
+        self.own.lock().keys().filter(|k| k.0 == id).map(|k| k.1).collect()
+    }
+
+    /// Places a movable region on `device`, its data counted as its own there.
+    fn moved_to(&self, device: Arc<DeviceCtx>, args: &MapArgs) -> Placement<'_> {
+        let mapped = mapped_addresses(args);
+        let mut own = self.own.lock();
+        for &begin in &mapped {
+            *own.entry((device.id, begin)).or_insert(0) += 1;
+        }
+        drop(own);
+        Placement { device, spread: self, mapped }
     }
 
     /// Regions in flight on each device, by device number (for tests and the trace).
@@ -150,24 +191,45 @@ pub fn movable_map_types(args: &MapArgs) -> Result<(), Stay> {
     Ok(())
 }
 
-/// Whether every entry that maps data is new in `table`; `Err(Present(i))` for the first
-/// that is not. A pointer that a member or attach entry writes into must be new as well.
-fn all_new(table: &MappingTable, args: &MapArgs) -> Result<(), Stay> {
-    for i in 0..args.len() {
+/// Whether an entry maps data (or names a pointer the runtime writes into): everything
+/// but private copies and by-value arguments.
+fn maps_data(ty: i64) -> bool {
+    !has(ty, mt::PRIVATE) && !has(ty, mt::LITERAL | mt::TARGET_PARAM)
+}
+
+/// The host addresses a region's data starts at: its sections and the pointers its member
+/// and attach entries write into.
+fn mapped_addresses(args: &MapArgs) -> Vec<usize> {
+    let mut v = Vec::new();
+    for i in (0..args.len()).filter(|&i| maps_data(args.types[i])) {
+        v.push(args.begins[i]);
+        if has(args.types[i], mt::PTR_AND_OBJ) || has(args.types[i], mt::ATTACH) {
+            v.push(args.bases[i]);
+        }
+    }
+    v
+}
+
+/// Whether every entry that maps data is new in `table`, or a section inside a mapping that
+/// starts at one of `own` (made by a movable region in flight); `Err(Present(i))` for the
+/// first that is not. A pointer that a member or attach entry writes into must be new as well.
+fn all_new(table: &MappingTable, own: &[usize], args: &MapArgs) -> Result<(), Stay> {
+    // A bare pointer (zero-length section) that finds another region's data would be
+    // translated to that data's device copy on its device, and to nothing elsewhere.
+    let new = |begin: usize, size: usize| match table.lookup(begin, size) {
+        Lookup::NotFound => true,
+        Lookup::Contained(k) => size > 0 && own.contains(&k),
+        Lookup::Extends(_) => false,
+    };
+    for i in (0..args.len()).filter(|&i| maps_data(args.types[i])) {
         let ty = args.types[i];
-        let size = args.sizes[i].max(0) as usize;
-        let found = if has(ty, mt::PRIVATE) || (has(ty, mt::LITERAL) && has(ty, mt::TARGET_PARAM)) {
-            // Copied from the host (private), or a value (checked by `device_address`).
-            false
-        } else if has(ty, mt::PTR_AND_OBJ) || has(ty, mt::ATTACH) {
-            let pointer = table.lookup(args.bases[i], std::mem::size_of::<usize>());
-            pointer != Lookup::NotFound || table.lookup(args.begins[i], size) != Lookup::NotFound
-        } else {
-            // Mapped data, a zero-length section or bare pointer, a lambda's captured
-            // pointer (LITERAL without TARGET_PARAM): found if the table knows it.
-            table.lookup(args.begins[i], size) != Lookup::NotFound
-        };
-        if found {
+        // Mapped data, a zero-length section or bare pointer, a lambda's captured pointer
+        // (LITERAL without TARGET_PARAM).
+        let mut ok = new(args.begins[i], args.sizes[i].max(0) as usize);
+        if has(ty, mt::PTR_AND_OBJ) || has(ty, mt::ATTACH) {
+            ok &= new(args.bases[i], std::mem::size_of::<usize>());
+        }
+        if !ok {
             return Err(Stay::Present(i));
         }
     }
@@ -220,34 +282,44 @@ impl Runtime {
         }
         let candidates: Vec<Arc<DeviceCtx>> =
             self.devices().into_iter().filter(|d| d.plugin == default.plugin && d.lost().is_none()).collect();
-        let placed = spread.least_loaded(&candidates)?;
-        if Arc::ptr_eq(&placed.device, &default) {
-            return Some(placed);
+        let mut tried = Vec::new();
+        while let Some(dev) = spread.least_loaded(&candidates, &tried) {
+            if Arc::ptr_eq(&dev, &default) {
+                crate::debug!("omptarget", "spread: target region at {} placed on device {}", loc.parse(), dev.id);
+                return Some(spread.moved_to(dev, args));
+            }
+            match self.can_take(spread, &dev, host_ptr, args) {
+                Ok(()) => {
+                    crate::debug!("omptarget", "spread: target region at {} placed on device {}", loc.parse(), dev.id);
+                    return Some(spread.moved_to(dev, args));
+                }
+                Err(why) => {
+                    crate::debug!(
+                        "omptarget",
+                        "spread: device {} does not take the region at {}: {why}",
+                        dev.id,
+                        loc.parse()
+                    );
+                    spread.release(dev.id);
+                    tried.push(dev.id);
+                }
+            }
         }
-        let dev = placed.device.clone();
-        if let Err(e) = self.ensure_loaded(&dev) {
-            crate::debug!("omptarget", "spread: device {} is not used: its images did not load: {e}", dev.id);
+        Some(spread.moved_to(default, args))
+    }
+
+    /// Whether `dev`, another device of the default device's kind, can run a movable
+    /// region: its images load, it has the kernel, and the region's data is new there.
+    fn can_take(&self, spread: &Spread, dev: &DeviceCtx, host_ptr: usize, args: &MapArgs) -> Result<(), String> {
+        if let Err(e) = self.ensure_loaded(dev) {
             spread.refuse(dev.id);
-            drop(placed);
-            return Some(spread.occupy(default));
+            return Err(format!("its images did not load: {e}"));
         }
         if dev.kernel(host_ptr).is_none() {
-            drop(placed);
-            return Some(spread.occupy(default));
+            return Err("it has no such kernel".into());
         }
-        if let Err(why) = all_new(&dev.lock_table(), args) {
-            crate::debug!(
-                "omptarget",
-                "spread: target region at {} stays on device {}: on device {}, {why}",
-                loc.parse(),
-                default.id,
-                dev.id
-            );
-            drop(placed);
-            return Some(spread.occupy(default));
-        }
-        crate::debug!("omptarget", "spread: target region at {} placed on device {}", loc.parse(), dev.id);
-        Some(placed)
+        let own = spread.own(dev.id);
+        all_new(&dev.lock_table(), &own, args).map_err(|why| why.to_string())
     }
 
     /// The rule: whether the region may run on another device of the default device's kind.
@@ -260,7 +332,8 @@ impl Runtime {
         }
         movable_map_types(args)?;
         device_address(&self.api_allocs, default, args)?;
-        all_new(&default.lock_table(), args)
+        let own = spread.own(default.id);
+        all_new(&default.lock_table(), &own, args)
     }
 
     /// Whether any registered binary has declare-target variables (computed once per

@@ -176,6 +176,27 @@ fn a_region_whose_data_is_already_on_the_default_device_stays_there() {
 }
 
 #[test]
+fn data_that_a_movable_region_in_flight_mapped_is_its_own_not_entered_data() {
+    let rt = runtime(false);
+    let spread = rt.spread.as_deref().expect("spreading is on");
+    let shared = [3u64; 4];
+    let mut a = Arrays::new(&[(shared.as_ptr() as usize, 32, mt::TO | mt::TARGET_PARAM)]);
+    let args = a.args();
+    let first = rt.place(spread, Loc::NONE, region(), &args).expect("placed");
+    let dev = first.device.clone();
+    // The region maps its data on its device, as its launch does.
+    let mut enter = Arrays::new(&[(shared.as_ptr() as usize, 32, mt::TO)]);
+    rt.data_directive(Loc::NONE, dev.id, &mut enter.args(), Directive::Begin, false);
+    assert_eq!(all_new(&dev.lock_table(), &[], &args), Err(Stay::Present(0)), "without the region, entered data");
+    assert_eq!(all_new(&dev.lock_table(), &spread.own(dev.id), &args), Ok(()), "the region in flight's own data");
+    let second = rt.place(spread, Loc::NONE, region(), &args).expect("placed");
+    assert_ne!(second.device.id, dev.id, "a second reader goes to a less loaded device");
+    drop((first, second));
+    assert!(spread.own(dev.id).is_empty(), "a region's data is its own only while it runs");
+    assert_eq!(all_new(&dev.lock_table(), &spread.own(dev.id), &args), Err(Stay::Present(0)));
+}
+
+#[test]
 fn a_device_address_passed_by_value_keeps_the_region_on_the_default_device() {
     let rt = runtime(false);
     let spread = rt.spread.as_deref().expect("spreading is on");
