@@ -186,7 +186,7 @@ fn data_that_a_movable_region_in_flight_mapped_is_its_own_not_entered_data() {
     let dev = first.device.clone();
     // The region maps its data on its device, as its launch does.
     let mut enter = Arrays::new(&[(shared.as_ptr() as usize, 32, mt::TO)]);
-    rt.data_directive(Loc::NONE, dev.id, &mut enter.args(), Directive::Begin, false);
+    rt.data_directive(Loc::NONE, dev.id.into(), &mut enter.args(), Directive::Begin, false);
     assert_eq!(all_new(&dev.lock_table(), &[], &args), Err(Stay::Present(0)), "without the region, entered data");
     assert_eq!(all_new(&dev.lock_table(), &spread.own(dev.id), &args), Ok(()), "the region in flight's own data");
     let second = rt.place(spread, Loc::NONE, region(), &args).expect("placed");
