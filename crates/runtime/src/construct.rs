@@ -5,7 +5,7 @@
 use crate::data::{ConstructState, Directive, MapArgs};
 use crate::error::{report, Abandoned};
 use crate::launch::{KernelLaunch, OFFLOAD_FAIL, OFFLOAD_SUCCESS};
-use crate::spread::Spread;
+use crate::spread::{Placement, Spread};
 use crate::trace::{self, Event, TargetKind};
 use crate::SelectError;
 use crate::{DeviceCtx, Failed, Loc, Runtime, Target};
@@ -14,37 +14,12 @@ impl Runtime {
     /// `__tgt_target_kernel`. A failure is reported here: its step's lines, then (after the
     /// construct's end) the line that gives the region up.
     pub fn target_kernel(&self, loc: Loc, device_id: i64, host_ptr: usize, launch: &mut KernelLaunch) -> i32 {
-        // Off, spreading costs this one test.
-        if let Some(spread) = &self.spread {
-            if launch.nowait && device_id == -1 {
-                return self.target_kernel_spread(spread, loc, host_ptr, launch);
-            }
-        }
-        self.target_kernel_on(self.check_device(device_id, loc), loc, host_ptr, launch)
-    }
-
-    /// A `nowait` region that names no device, under `LIBOMPTARGET_SPREAD`: placed by
-    /// [`Runtime::place`], counted in flight on its device until it ends.
-    #[cold]
-    #[inline(never)]
-    fn target_kernel_spread(&self, spread: &Spread, loc: Loc, host_ptr: usize, launch: &mut KernelLaunch) -> i32 {
-        let placed = self.place(spread, loc, host_ptr, &launch.args);
-        let selected = match &placed {
-            Some(p) => Ok(Target::Device(p.device.clone())),
-            None => self.check_device(-1, loc),
+        // Off, spreading costs this test (and dropping an empty placement at the end). One
+        // body below for both: the launch stays inlined here.
+        let (selected, _in_flight) = match &self.spread {
+            Some(spread) if launch.nowait && device_id == -1 => self.select_spread(spread, loc, host_ptr, &launch.args),
+            _ => (self.check_device(device_id, loc), None),
         };
-        self.target_kernel_on(selected, loc, host_ptr, launch)
-    }
-
-    /// A `target` region on the device selected for it.
-    #[inline(always)]
-    fn target_kernel_on(
-        &self,
-        selected: Result<Target, SelectError>,
-        loc: Loc,
-        host_ptr: usize,
-        launch: &mut KernelLaunch,
-    ) -> i32 {
         let dev = match selected {
             Ok(Target::Device(d)) => d,
             Ok(Target::Host) => return OFFLOAD_FAIL,
@@ -66,6 +41,24 @@ impl Runtime {
         self.after_construct(&dev, loc);
         self.handle_outcome(outcome, loc);
         OFFLOAD_SUCCESS
+    }
+
+    /// Where a `nowait` region that names no device runs under `LIBOMPTARGET_SPREAD`
+    /// ([`Runtime::place`]), with its placement, which counts it in flight on that device
+    /// until the region ends.
+    #[cold]
+    #[inline(never)]
+    fn select_spread<'s>(
+        &self,
+        spread: &'s Spread,
+        loc: Loc,
+        host_ptr: usize,
+        args: &MapArgs,
+    ) -> (Result<Target, SelectError>, Option<Placement<'s>>) {
+        match self.place(spread, loc, host_ptr, args) {
+            Some(p) => (Ok(Target::Device(p.device.clone())), Some(p)),
+            None => (self.check_device(-1, loc), None),
+        }
     }
 
     /// Enters a construct: gives it an id, then announces its map arguments and its begin,
