@@ -5,21 +5,21 @@
 use crate::data::{ConstructState, Directive, MapArgs};
 use crate::error::{report, Abandoned};
 use crate::launch::{KernelLaunch, OFFLOAD_FAIL, OFFLOAD_SUCCESS};
-use crate::spread::{Placement, Spread};
+use crate::spread::Spread;
 use crate::trace::{self, Event, TargetKind};
-use crate::SelectError;
 use crate::{DeviceCtx, Failed, Loc, Runtime, Target};
 
 impl Runtime {
     /// `__tgt_target_kernel`. A failure is reported here: its step's lines, then (after the
     /// construct's end) the line that gives the region up.
     pub fn target_kernel(&self, loc: Loc, device_id: i64, host_ptr: usize, launch: &mut KernelLaunch) -> i32 {
-        // Off, spreading costs this test (and dropping an empty placement at the end). One
-        // body below for both: the launch stays inlined here.
-        let (selected, _in_flight) = match &self.spread {
-            Some(spread) if launch.nowait && device_id == -1 => self.select_spread(spread, loc, host_ptr, &launch.args),
-            _ => (self.check_device(device_id, loc), None),
-        };
+        // Off, spreading costs this one test.
+        if let Some(spread) = &self.spread {
+            if launch.nowait && device_id == -1 {
+                return self.target_kernel_spread(spread, loc, host_ptr, launch);
+            }
+        }
+        let selected = self.check_device(device_id, loc);
         let dev = match selected {
             Ok(Target::Device(d)) => d,
             Ok(Target::Host) => return OFFLOAD_FAIL,
@@ -43,21 +43,17 @@ impl Runtime {
         OFFLOAD_SUCCESS
     }
 
-    /// Where a `nowait` region that names no device runs under `LIBOMPTARGET_SPREAD`
-    /// ([`Runtime::place`]), with its placement, which counts it in flight on that device
-    /// until the region ends.
+    /// A `nowait` region that names no device, under `LIBOMPTARGET_SPREAD`: placed by
+    /// [`Runtime::place`] and run as if it named that device, counted in flight there
+    /// until it ends. (Through [`Runtime::target_kernel`] again, not a second copy of the
+    /// launch: a second caller kept the launch out of line and cost every launch.) When the
+    /// default device cannot be used, its number goes the plain way, which says why.
     #[cold]
     #[inline(never)]
-    fn select_spread<'s>(
-        &self,
-        spread: &'s Spread,
-        loc: Loc,
-        host_ptr: usize,
-        args: &MapArgs,
-    ) -> (Result<Target, SelectError>, Option<Placement<'s>>) {
-        match self.place(spread, loc, host_ptr, args) {
-            Some(p) => (Ok(Target::Device(p.device.clone())), Some(p)),
-            None => (self.check_device(-1, loc), None),
+    fn target_kernel_spread(&self, spread: &Spread, loc: Loc, host_ptr: usize, launch: &mut KernelLaunch) -> i32 {
+        match self.place(spread, loc, host_ptr, &launch.args) {
+            Some(placed) => self.target_kernel(loc, i64::from(placed.device.id), host_ptr, launch),
+            None => self.target_kernel(loc, self.resolve_device(-1), host_ptr, launch),
         }
     }
 
