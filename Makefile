@@ -120,6 +120,7 @@ bench: setup dist
 	./scripts/bench-driver.sh
 	./scripts/bench-declare-target.sh
 	./scripts/bench-replay.sh
+	./scripts/bench-spread.sh
 
 fmt:
 	$(CARGO) fmt --all

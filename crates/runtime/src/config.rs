@@ -49,6 +49,9 @@ pub struct Config {
     /// `LIBOMPTARGET_ISOLATE`: kernels of the local devices in a worker process; `None`
     /// when unset (then the checker decides, see [`crate::compose::plugins`]).
     pub isolate: Option<bool>,
+    /// `LIBOMPTARGET_SPREAD`: `nowait` regions that name no device and bring their own
+    /// data run on the least loaded device of the default device's kind (`spread.rs`).
+    pub spread: bool,
     /// `OMP_TARGET_OFFLOAD` (0 disabled, 1 default, 2 mandatory), for a libomp that does not
     /// export its own reading of it (`__kmpc_get_target_offload`).
     pub target_offload: Option<i32>,
@@ -70,6 +73,7 @@ impl Default for Config {
             profile_summary: false,
             check: CheckMode::Off,
             isolate: None,
+            spread: false,
             target_offload: None,
             vars: std::collections::BTreeMap::new(),
         }
@@ -167,6 +171,13 @@ impl Config {
                 false
             }),
         });
+        c.spread = get("LIBOMPTARGET_SPREAD").is_some_and(|v| match v.trim() {
+            "" => false,
+            t => parse_bool(t).unwrap_or_else(|| {
+                eprintln!("omptarget warning: ignoring LIBOMPTARGET_SPREAD='{v}': use 1 or 0");
+                false
+            }),
+        });
         c.target_offload = get("OMP_TARGET_OFFLOAD").map(|v| match v.trim().to_ascii_lowercase().as_str() {
             "disabled" => 0,
             "mandatory" => 2,
@@ -236,5 +247,16 @@ mod tests {
         assert_eq!(isolate(""), Some(false));
         assert_eq!(isolate("2"), Some(false), "a bad value is warned about and means off");
         assert_eq!(Config::from_env(|_| None).isolate, None);
+    }
+
+    #[test]
+    fn spread_on_off_and_bad_values_off() {
+        let spread = |v: &str| Config::from_env(|k| (k == "LIBOMPTARGET_SPREAD").then(|| v.to_string())).spread;
+        assert!(spread("1"));
+        assert!(spread("on"));
+        assert!(!spread("0"));
+        assert!(!spread(""));
+        assert!(!spread("all"), "a bad value is warned about and means off");
+        assert!(!Config::from_env(|_| None).spread);
     }
 }

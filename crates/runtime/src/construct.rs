@@ -5,6 +5,7 @@
 use crate::data::{ConstructState, Directive, MapArgs};
 use crate::error::{report, Abandoned};
 use crate::launch::{KernelLaunch, OFFLOAD_FAIL, OFFLOAD_SUCCESS};
+use crate::spread::Spread;
 use crate::trace::{self, Event, TargetKind};
 use crate::{DeviceCtx, Failed, Loc, Runtime, Target};
 
@@ -13,7 +14,14 @@ impl Runtime {
     /// construct's end) the line that gives the region up.
     #[link_section = ".text.hot.omp_launch"]
     pub fn target_kernel(&self, loc: Loc, device_id: i64, host_ptr: usize, launch: &mut KernelLaunch) -> i32 {
-        let dev = match self.check_device(device_id, loc) {
+        // Off, spreading costs this one test.
+        if let Some(spread) = &self.spread {
+            if launch.nowait && device_id == -1 {
+                return self.target_kernel_spread(spread, loc, host_ptr, launch);
+            }
+        }
+        let selected = self.check_device(device_id, loc);
+        let dev = match selected {
             Ok(Target::Device(d)) => d,
             Ok(Target::Host) => return OFFLOAD_FAIL,
             Err(e) => {
@@ -34,6 +42,20 @@ impl Runtime {
         self.after_construct(&dev, loc);
         self.handle_outcome(outcome, loc);
         OFFLOAD_SUCCESS
+    }
+
+    /// A `nowait` region that names no device, under `LIBOMPTARGET_SPREAD`: placed by
+    /// [`Runtime::place`] and run as if it named that device, counted in flight there
+    /// until it ends. (Through [`Runtime::target_kernel`] again, not a second copy of the
+    /// launch: a second caller kept the launch out of line and cost every launch.) When the
+    /// default device cannot be used, its number goes the plain way, which says why.
+    #[cold]
+    #[inline(never)]
+    fn target_kernel_spread(&self, spread: &Spread, loc: Loc, host_ptr: usize, launch: &mut KernelLaunch) -> i32 {
+        match self.place(spread, loc, host_ptr, &launch.args) {
+            Some(placed) => self.target_kernel(loc, i64::from(placed.device.id), host_ptr, launch),
+            None => self.target_kernel(loc, self.resolve_device(-1), host_ptr, launch),
+        }
     }
 
     /// Enters a construct: gives it an id, then announces its map arguments and its begin,

@@ -20,6 +20,7 @@ pub mod memory_manager;
 pub mod profile;
 pub mod registry;
 pub mod select;
+pub mod spread;
 pub mod table;
 pub mod trace;
 
@@ -98,6 +99,8 @@ pub struct Runtime {
     pub(crate) api_allocs: api::Allocations,
     /// Kernel launches in progress (unregistration does not unload an image under them).
     pub(crate) in_flight: launch::InFlight,
+    /// `LIBOMPTARGET_SPREAD`: where `nowait` regions are placed, when it is on.
+    pub(crate) spread: Option<Box<spread::Spread>>,
 }
 
 /// Where a construct should run.
@@ -123,6 +126,7 @@ impl Runtime {
             observers: trace::Observers::new(Self::builtin_observers(&config)),
             api_allocs: api::Allocations::default(),
             in_flight: launch::InFlight::default(),
+            spread: config.spread.then(Box::default),
             config,
         }
     }

@@ -47,6 +47,10 @@ impl Allocations {
         let (&(d, start), &size) = all.range(..=(dev, ptr)).next_back()?;
         (d == dev && ptr - start < size).then(|| size - (ptr - start))
     }
+    /// Whether `ptr` lies in a block handed out for any device.
+    pub(crate) fn holds(&self, ptr: usize) -> bool {
+        self.lock().iter().any(|(&(_, start), &size)| ptr.wrapping_sub(start) < size)
+    }
 }
 
 /// A device number in an API call: the host (initial device) or an offload device.

@@ -50,7 +50,7 @@ impl<'a> MapArgs<'a> {
     pub fn name(&self, i: usize) -> MapName {
         self.names.and_then(|n| n.get(i).copied()).unwrap_or(MapName::NONE)
     }
-    pub(super) fn mapper(&self, i: usize) -> usize {
+    pub(crate) fn mapper(&self, i: usize) -> usize {
         self.mappers.and_then(|m| m.get(i).copied()).unwrap_or(0)
     }
 }

@@ -1,0 +1,60 @@
+// A tiled 1-D stencil as a DAG of `target nowait` tasks (docs/cluster.md, "Spreading"): tile w
+// of step t reads tiles w-1, w, w+1 of step t-1 (`depend(in:)`) and writes its own
+// (`depend(out:)`), all data in the task's own map clauses. Then a few tasks that use a
+// table entered on the default device (`target enter data`): those must stay there.
+// Prints every tile's checksum; the output is the same wherever the tasks run.
+// usage: dag [work]   (work: inner iterations per element, default 50)
+#include <stdio.h>
+#include <stdlib.h>
+
+#define W 6
+#define T 8
+#define N 512
+
+static double grid[2][W][N];
+static double table[N];
+
+int main(int argc, char **argv) {
+  int work = argc > 1 ? atoi(argv[1]) : 50;
+  for (int w = 0; w < W; w++)
+    for (int i = 0; i < N; i++)
+      grid[0][w][i] = w * N + i;
+  for (int i = 0; i < N; i++)
+    table[i] = 0.25 * i;
+#pragma omp target enter data map(to : table[0 : N])
+#pragma omp parallel
+#pragma omp single
+  {
+    for (int t = 1; t <= T; t++) {
+      for (int w = 0; w < W; w++) {
+        double *out = grid[t % 2][w];
+        double *l = grid[(t - 1) % 2][w > 0 ? w - 1 : w];
+        double *c = grid[(t - 1) % 2][w];
+        double *r = grid[(t - 1) % 2][w < W - 1 ? w + 1 : w];
+#pragma omp target nowait depend(in : l[0], c[0], r[0]) depend(out : out[0])                      \
+    map(to : l[0 : N], c[0 : N], r[0 : N]) map(from : out[0 : N]) firstprivate(work)
+        for (int i = 0; i < N; i++) {
+          double v = (l[(i + N - 1) % N] + c[i] + r[(i + 1) % N]) / 3.0;
+          for (int k = 0; k < work; k++)
+            v = v * 0.999 + 0.001 * (double)((i + k) % 7);
+          out[i] = v;
+        }
+      }
+    }
+    // These read the entered table: present on the default device, so they stay there.
+    for (int w = 0; w < W; w++) {
+      double *c = grid[T % 2][w];
+#pragma omp target nowait depend(inout : c[0]) map(tofrom : c[0 : N]) map(to : table[0 : N])
+      for (int i = 0; i < N; i++)
+        c[i] += table[i];
+    }
+  }
+#pragma omp target exit data map(release : table[0 : N])
+  for (int w = 0; w < W; w++) {
+    double s = 0;
+    for (int i = 0; i < N; i++)
+      s += grid[T % 2][w][i] * (1 + i % 3);
+    printf("tile %d: %.9e\n", w, s);
+  }
+  return 0;
+}
