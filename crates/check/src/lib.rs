@@ -10,7 +10,9 @@
 //! transfer); comparing them with the host before a kernel finds host changes that never
 //! reached the device, and with the device when a mapping ends finds results that never
 //! reached the host. Findings are single lines starting `omptarget check:`; advice is a
-//! summary at exit. See docs/check.md.
+//! summary at exit. With `LIBOMPTARGET_CHECK=gpu` (and `1`) a kernel's stack and device
+//! `malloc` use, as the isolated device measured them, is held against a GPU's defaults
+//! (`gpu`). See docs/check.md.
 //!
 //! `events` follows the runtime's events (transfers, mappings ending), `tracked` runs a
 //! kernel with its pages watched, `fault` explains what stopped one, `leaks` reports at exit.
@@ -21,6 +23,7 @@ mod advice;
 mod entry;
 mod events;
 mod fault;
+mod gpu;
 mod leaks;
 mod raw;
 mod report;
@@ -101,6 +104,8 @@ pub(crate) struct Checker {
     watching_less_said: Mutex<HashSet<i32>>,
     /// Live `omp_target_alloc` blocks by (device, address).
     raw: Mutex<BTreeMap<(i32, usize), raw::RawBlock>>,
+    /// (kernel, kind) of the GPU findings said (`LIBOMPTARGET_CHECK=gpu`).
+    gpu_said: Mutex<HashSet<(String, u8)>>,
 }
 
 /// Mappings remembered after their end.
@@ -154,6 +159,7 @@ impl Checker {
             ended: Mutex::new(std::collections::VecDeque::new()),
             watching_less_said: Mutex::new(HashSet::new()),
             raw: Mutex::new(BTreeMap::new()),
+            gpu_said: Mutex::new(HashSet::new()),
         })
     }
 
