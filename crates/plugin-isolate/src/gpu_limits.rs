@@ -376,6 +376,20 @@ mod tests {
     const KERNEL: usize = 0;
     static RUNTIME: std::sync::LazyLock<usize> = std::sync::LazyLock::new(|| libc::malloc as *const () as usize);
 
+    /// A scope that begins and ends under about `kib` KiB of frames and uses nothing.
+    #[inline(never)]
+    fn nested_scope_at_depth(kib: usize) -> u8 {
+        if kib == 0 {
+            scope_begins();
+            scope_ends();
+            return 0;
+        }
+        let mut frame = [0u8; 1024];
+        frame[kib % 1024] = kib as u8;
+        std::hint::black_box(&mut frame);
+        frame[0].wrapping_add(nested_scope_at_depth(kib - 1))
+    }
+
     /// Runs `f` as a measured scope of a launch on this thread; what it used.
     fn measured(f: impl FnOnce()) -> (usize, isize) {
         STACK_MOST.store(0, Ordering::Relaxed);
@@ -405,6 +419,13 @@ mod tests {
                     });
                     assert!((at_least..=at_most).contains(&stack), "{kib} KiB: measured {stack}");
                 }
+                // A scope in which another begins counts the frames live at the fork, not
+                // what ran deeper before it (the runtime's first-use work).
+                let (stack, _) = measured(|| {
+                    std::hint::black_box(use_stack(48));
+                    nested_scope_at_depth(4);
+                });
+                assert!(((4 << 10)..(12 << 10)).contains(&stack), "nested: measured {stack}");
                 // The most live at once, not the sum: 1 MiB twice, one after the other.
                 let (_, heap) = measured(|| {
                     for _ in 0..2 {
