@@ -7,7 +7,7 @@
 // Always compiled; run as tests once `make dist` has run, and always under CI (see build.rs).
 #![cfg_attr(not(omp_e2e), allow(dead_code))]
 
-use omp_e2e::{compile, dist_lib, ompcc_fortran, program, run_with, scratch, Llvm, ALL};
+use omp_e2e::{compile, dist_lib, ompcc_fortran, program, scratch, Llvm, ALL};
 use std::path::{Path, PathBuf};
 use std::process::Output;
 use std::sync::atomic::{AtomicUsize, Ordering};
