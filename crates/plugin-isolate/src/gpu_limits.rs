@@ -18,7 +18,7 @@
 //! [`allocated`] and [`freeing`] around them): while a kernel runs, the usable size of each
 //! block a scope's thread allocates or frees is counted, and the launch keeps the most that
 //! was live at once beyond what was live when it began. When the check is off, each call
-//! costs one relaxed load and a branch.
+//! costs its entry's jump and one relaxed load and a branch.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicIsize, AtomicUsize, Ordering};
