@@ -10,7 +10,9 @@
 //! transfer); comparing them with the host before a kernel finds host changes that never
 //! reached the device, and with the device when a mapping ends finds results that never
 //! reached the host. Findings are single lines starting `omptarget check:`; advice is a
-//! summary at exit. See docs/check.md.
+//! summary at exit. With `LIBOMPTARGET_CHECK=gpu` (and `1`) a kernel's stack and device
+//! `malloc` use, as the isolated device measured them, is held against a GPU's defaults
+//! (`gpu`). See docs/check.md.
 //!
 //! `events` follows the runtime's events (transfers, mappings ending), `tracked` runs a
 //! kernel with its pages watched, `fault` explains what stopped one, `leaks` reports at exit.
@@ -21,6 +23,7 @@ mod advice;
 mod entry;
 mod events;
 mod fault;
+mod gpu;
 mod host_changes;
 mod leaks;
 mod raw;
@@ -104,6 +107,8 @@ pub(crate) struct Checker {
     raw: Mutex<BTreeMap<(i32, usize), raw::RawBlock>>,
     /// What the system says of the program's writes (finding stale data), where it can.
     host_writes: Option<omp_plugin::host_writes::WriteWatch>,
+    /// (kernel, kind) of the GPU findings said (`LIBOMPTARGET_CHECK=gpu`).
+    gpu_said: Mutex<HashSet<(String, u8)>>,
 }
 
 /// Mappings remembered after their end.
@@ -160,6 +165,7 @@ impl Checker {
             host_writes: matches!(mode, CheckMode::All | CheckMode::Bugs)
                 .then(omp_plugin::host_writes::WriteWatch::new)
                 .flatten(),
+            gpu_said: Mutex::new(HashSet::new()),
         })
     }
 

@@ -100,6 +100,9 @@ impl Device for TrackedDevice {
         }
         match launched {
             Ok(accesses) => {
+                if let Some(used) = tracking.gpu_use().filter(|_| self.checker.gpu()) {
+                    self.checker.gpu_use(used, construct);
+                }
                 self.checker.kernel_done(plan, &accesses, construct);
                 Ok(())
             }

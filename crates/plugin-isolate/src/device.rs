@@ -3,12 +3,18 @@
 
 use crate::{Running, Shared, State};
 use omp_plugin::{
-    host_memory, AccessTracking, AllocKind, Device, Fault, GlobalSymbol, ImageId, KernelId, LaunchConfig, PageAccess,
-    PluginError, Result,
+    host_memory, AccessTracking, AllocKind, Device, Fault, GlobalSymbol, GpuUse, ImageId, KernelId, LaunchConfig,
+    PageAccess, PluginError, Result,
 };
 use omp_worker::{symbol_name, with_launch_request, CallError, Request, RequestPeer, Response, Worker};
 use std::ffi::CStr;
 use std::sync::Arc;
+
+thread_local! {
+    /// What the last kernel this thread launched tracked used of what a GPU limits
+    /// (`LIBOMPTARGET_CHECK=gpu`), read while its launch held the device.
+    static LAST_GPU_USE: std::cell::Cell<Option<GpuUse>> = const { std::cell::Cell::new(None) };
+}
 
 /// One isolated device: device `index` of the worker.
 pub struct IsolateDevice {
@@ -267,6 +273,7 @@ impl AccessTracking for IsolateDevice {
                 .flat_map(|&(a, l)| (a & !(omp_plugin::TRACK_PAGE - 1)..a + l).step_by(omp_plugin::TRACK_PAGE));
             pages.map(|page| PageAccess { page, read_first: false, written: true }).collect()
         };
+        LAST_GPU_USE.set(None);
         let r = self.shared.worker()?;
         let Some(arena) = r.arena.as_ref().filter(|a| a.checking() && !a.tracking_off()) else {
             self.launch_untracked(kernel, args, config)?;
@@ -279,8 +286,16 @@ impl AccessTracking for IsolateDevice {
             PluginError::out_of_memory("device memory is too full for the checker's record of this launch")
         })?;
         self.launch_untracked(kernel, args, config)?;
+        if self.shared.gpu_limits {
+            // SAFETY: the arena's header page is part of its read-write mapping.
+            LAST_GPU_USE.set(Some(unsafe { crate::gpu_limits::read(arena.base()) }));
+        }
         // The worker may have given protections up before this kernel.
         Ok(if arena.tracking_off() { all_written() } else { arena.accesses(&prepared) })
+    }
+
+    fn gpu_use(&self) -> Option<GpuUse> {
+        LAST_GPU_USE.take()
     }
 
     fn last_fault(&self) -> Option<Fault> {

@@ -13,6 +13,7 @@
 
 pub mod arena;
 mod device;
+pub mod gpu_limits;
 mod record;
 mod record_desc;
 pub mod signals;
@@ -60,6 +61,9 @@ struct Shared {
     state: Mutex<State>,
     /// Check mode (`LIBOMPTARGET_CHECK`): guard pages and access tracking.
     check: bool,
+    /// `LIBOMPTARGET_CHECK=gpu` (and `1`): the worker measures each kernel's stack and
+    /// device `malloc` use against a GPU's defaults ([`gpu_limits`]).
+    gpu_limits: bool,
     /// Check mode: one launch at a time (each is armed with the pages it watches).
     tracked_launch: Mutex<()>,
     /// Kernel record (`LIBOMPTARGET_RECORD`), when asked for.
@@ -96,6 +100,16 @@ impl IsolatePlugin {
         self
     }
 
+    /// `LIBOMPTARGET_CHECK=gpu` (and `1`), with [`IsolatePlugin::checking`]: the worker
+    /// measures, per kernel, its threads' stack use and its device `malloc` use, which
+    /// [`omp_plugin::AccessTracking::gpu_use`] hands to the checker (docs/check.md).
+    pub fn measuring_gpu_limits(mut self) -> Self {
+        if let Some(shared) = Arc::get_mut(&mut self.shared) {
+            shared.gpu_limits = true;
+        }
+        self
+    }
+
     /// Kernel record: `LIBOMPTARGET_RECORD=DIR` (and `LIBOMPTARGET_RECORD_MAX`) as `var`
     /// gives them; nothing changes when it is not set (docs/replay.md).
     pub fn recording(mut self, var: impl Fn(&str) -> Option<String>) -> Self {
@@ -119,6 +133,7 @@ impl IsolatePlugin {
                 exe,
                 state: Mutex::new(State::NotStarted),
                 check: false,
+                gpu_limits: false,
                 tracked_launch: Mutex::new(()),
                 record: None,
             }),
@@ -162,7 +177,7 @@ impl Shared {
             State::NotStarted => {}
         }
         let started = match &self.exe {
-            Ok(exe) => start(exe, self.check),
+            Ok(exe) => start(exe, self.check, self.check && self.gpu_limits),
             Err(why) => Err(format!("cannot start the isolated device's worker: {why}")),
         };
         match started {

@@ -75,6 +75,7 @@ fn worker_library_path() -> OsString {
 pub(crate) fn start(
     exe: &Path,
     check: bool,
+    gpu_limits: bool,
 ) -> std::result::Result<(Worker, Option<arena::Arena>, Arc<Exited>), String> {
     let cannot = |why: String| {
         format!(
@@ -106,6 +107,9 @@ pub(crate) fn start(
         if check {
             a.enable_checks();
             cmd.arg("--check");
+            if gpu_limits {
+                cmd.arg("--gpu-limits");
+            }
         }
     }
     // SAFETY: the closure runs in the forked child before exec and calls only

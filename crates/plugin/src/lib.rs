@@ -385,6 +385,21 @@ pub trait AccessTracking: Send + Sync {
     fn watching_less(&self) -> Option<String> {
         None
     }
+    /// What the last kernel this thread launched with [`AccessTracking::launch_tracked`]
+    /// used of what a GPU limits, where the device measured it (`LIBOMPTARGET_CHECK=gpu`).
+    fn gpu_use(&self) -> Option<GpuUse> {
+        None
+    }
+}
+
+/// What one kernel used of what a GPU limits ([`AccessTracking::gpu_use`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct GpuUse {
+    /// The most stack one of its threads used, in bytes, from where the kernel's code (or
+    /// one of its implicit tasks) began on that thread.
+    pub stack: usize,
+    /// The most bytes its threads' `malloc` held at once during the kernel.
+    pub heap: usize,
 }
 
 /// Forwards every method of the trait to `**self` (one list, used by each blanket impl).

@@ -26,7 +26,8 @@ pub fn plugins(config: &Config) -> Vec<Box<dyn Plugin>> {
     // LIBOMPTARGET_CHECK implies isolation (unless LIBOMPTARGET_ISOLATE=0), in check mode.
     let isolated = config.isolate.unwrap_or(checking);
     let local: Box<dyn Plugin> = if isolated && checking {
-        Box::new(omp_plugin_isolate::IsolatePlugin::new().checking().recording(|k| config.var(k)))
+        let plugin = omp_plugin_isolate::IsolatePlugin::new().checking().recording(|k| config.var(k));
+        Box::new(if config.check.gpu() { plugin.measuring_gpu_limits() } else { plugin })
     } else if isolated {
         Box::new(omp_plugin_isolate::IsolatePlugin::new().recording(|k| config.var(k)))
     } else {

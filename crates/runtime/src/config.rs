@@ -24,6 +24,17 @@ pub enum CheckMode {
     Perf,
     /// `bugs`: the findings only.
     Bugs,
+    /// `gpu`: only what a kernel did that a GPU would refuse at run time (its threads'
+    /// stack, its device `malloc`), measured on the isolated device; findings that `1` and
+    /// `bugs` make too.
+    Gpu,
+}
+
+impl CheckMode {
+    /// Whether the isolated device measures what a GPU would refuse (`1`, `bugs`, `gpu`).
+    pub fn gpu(self) -> bool {
+        matches!(self, CheckMode::All | CheckMode::Bugs | CheckMode::Gpu)
+    }
 }
 
 /// Settings taken from the environment.
@@ -149,11 +160,12 @@ impl Config {
             c.check = match v.trim().to_ascii_lowercase().as_str() {
                 "perf" => CheckMode::Perf,
                 "bugs" => CheckMode::Bugs,
+                "gpu" => CheckMode::Gpu,
                 other => match parse_bool(other) {
                     Some(true) => CheckMode::All,
                     Some(false) => CheckMode::Off,
                     None => {
-                        eprintln!("omptarget warning: ignoring LIBOMPTARGET_CHECK='{v}': use 1, 0, bugs or perf");
+                        eprintln!("omptarget warning: ignoring LIBOMPTARGET_CHECK='{v}': use 1, 0, bugs, perf or gpu");
                         CheckMode::Off
                     }
                 },
@@ -258,5 +270,18 @@ mod tests {
         assert!(!spread(""));
         assert!(!spread("all"), "a bad value is warned about and means off");
         assert!(!Config::from_env(|_| None).spread);
+    }
+
+    #[test]
+    fn check_modes_and_which_measure_what_a_gpu_refuses() {
+        let check = |v: &str| Config::from_env(|k| (k == "LIBOMPTARGET_CHECK").then(|| v.to_string())).check;
+        let modes =
+            [("1", CheckMode::All), ("bugs", CheckMode::Bugs), ("perf", CheckMode::Perf), ("GPU", CheckMode::Gpu)];
+        for (v, mode) in modes {
+            assert_eq!(check(v), mode, "{v}");
+            assert_eq!(mode.gpu(), mode != CheckMode::Perf, "{v}");
+        }
+        assert_eq!(check("0"), CheckMode::Off);
+        assert!(!CheckMode::Off.gpu());
     }
 }

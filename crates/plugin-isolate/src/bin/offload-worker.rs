@@ -1,12 +1,16 @@
 //! `offload-worker`: the process an isolated local device (LIBOMPTARGET_ISOLATE=1) runs its
 //! kernels in. Started by the program's runtime, never by hand:
-//! `offload-worker --worker <devices> <parent pid> [--arena <address> <size>] [--check]`, requests on
+//! `offload-worker --worker <devices> <parent pid> [--arena <address> <size>] [--check [--gpu-limits]]`, requests on
 //! stdin, replies (and what kernels print) on stdout, and the device memory arena's memfd
 //! as descriptor 4.
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let mut args = args;
+    let gpu_limits = args.last().is_some_and(|a| a == "--gpu-limits");
+    if gpu_limits {
+        args.pop();
+    }
     let check = args.last().is_some_and(|a| a == "--check");
     if check {
         args.pop();
@@ -45,7 +49,14 @@ fn main() {
                     eprintln!("offload-worker: cannot set up the mapping checker's page protections: {e}");
                     std::process::exit(1);
                 }
-                let around = omp_plugin_isolate::track::around_launch;
+                let around = if gpu_limits {
+                    // LIBOMPTARGET_CHECK=gpu: each kernel's stack and malloc use, measured.
+                    // SAFETY: as above.
+                    unsafe { omp_plugin_isolate::gpu_limits::start_in_worker(base) };
+                    measured_and_checked
+                } else {
+                    omp_plugin_isolate::track::around_launch
+                };
                 std::process::exit(omp_worker::serve::main_around_launches(
                     &omp_plugin_host::HostPlugin,
                     devices,
@@ -57,6 +68,12 @@ fn main() {
     }
     let around = omp_plugin_isolate::signals::around_launch;
     std::process::exit(omp_worker::serve::main_around_launches(&omp_plugin_host::HostPlugin, devices, parent, around));
+}
+
+/// A launch in check mode with its stack and malloc use measured (inside the checker's
+/// work around it, which is not the kernel's).
+fn measured_and_checked(run: &mut dyn FnMut()) {
+    omp_plugin_isolate::track::around_launch(&mut || omp_plugin_isolate::gpu_limits::measure_launch(run));
 }
 
 fn usage() -> ! {
@@ -118,4 +135,158 @@ extern "C" fn start_ready(boxed: *mut libc::c_void) -> *mut libc::c_void {
     let (start, arg) = *unsafe { Box::from_raw(boxed.cast::<Start>()) };
     omp_plugin_isolate::signals::kernel_thread_ready();
     start(arg as *mut libc::c_void)
+}
+
+// The worker's `malloc`, exported (build.rs), so that kernels' and libomp's calls come here:
+// glibc's own (`__libc_*`), and under LIBOMPTARGET_CHECK=gpu the bytes a kernel's code
+// holds counted (omp_plugin_isolate::gpu_limits). Each entry point passes its return address
+// on (the code that called it: the kernel's, or the worker's or libomp's, which are not
+// counted) and jumps to the function that does the work. Blocks from glibc's other
+// allocation functions (memalign, posix_memalign, aligned_alloc) are glibc's too, and free
+// here.
+extern "C" {
+    fn __libc_malloc(size: usize) -> *mut libc::c_void;
+    fn __libc_calloc(n: usize, size: usize) -> *mut libc::c_void;
+    fn __libc_realloc(block: *mut libc::c_void, size: usize) -> *mut libc::c_void;
+    fn __libc_free(block: *mut libc::c_void);
+}
+
+/// C's `malloc`: [`malloc_from`] with the return address as its second argument.
+///
+/// # Safety
+/// As C's `malloc`.
+#[no_mangle]
+#[unsafe(naked)]
+pub unsafe extern "C" fn malloc(_size: usize) -> *mut libc::c_void {
+    std::arch::naked_asm!("mov rsi, [rsp]", "jmp {}", sym malloc_from)
+}
+
+/// C's `calloc`: [`calloc_from`] with the return address as its third argument.
+///
+/// # Safety
+/// As C's `calloc`.
+#[no_mangle]
+#[unsafe(naked)]
+pub unsafe extern "C" fn calloc(_n: usize, _size: usize) -> *mut libc::c_void {
+    std::arch::naked_asm!("mov rdx, [rsp]", "jmp {}", sym calloc_from)
+}
+
+/// C's `realloc`: [`realloc_from`] with the return address as its third argument.
+///
+/// # Safety
+/// As C's `realloc`: `block` null or a live block of this process's malloc.
+#[no_mangle]
+#[unsafe(naked)]
+pub unsafe extern "C" fn realloc(_block: *mut libc::c_void, _size: usize) -> *mut libc::c_void {
+    std::arch::naked_asm!("mov rdx, [rsp]", "jmp {}", sym realloc_from)
+}
+
+/// C's `free`: [`free_from`] with the return address as its second argument.
+///
+/// # Safety
+/// As C's `free`: `block` null or a live block of this process's malloc.
+#[no_mangle]
+#[unsafe(naked)]
+pub unsafe extern "C" fn free(_block: *mut libc::c_void) {
+    std::arch::naked_asm!("mov rsi, [rsp]", "jmp {}", sym free_from)
+}
+
+unsafe extern "C" fn malloc_from(size: usize, caller: usize) -> *mut libc::c_void {
+    // SAFETY: glibc's malloc, with the caller's arguments.
+    let block = unsafe { __libc_malloc(size) };
+    omp_plugin_isolate::gpu_limits::allocated(block, caller);
+    block
+}
+
+unsafe extern "C" fn calloc_from(n: usize, size: usize, caller: usize) -> *mut libc::c_void {
+    // SAFETY: glibc's calloc, with the caller's arguments.
+    let block = unsafe { __libc_calloc(n, size) };
+    omp_plugin_isolate::gpu_limits::allocated(block, caller);
+    block
+}
+
+unsafe extern "C" fn realloc_from(block: *mut libc::c_void, size: usize, caller: usize) -> *mut libc::c_void {
+    // Counted as the old block freed and the new one allocated; the old block is measured
+    // while it is still live (a failed realloc keeps it, and it is counted again).
+    omp_plugin_isolate::gpu_limits::freeing(block, caller);
+    // SAFETY: glibc's realloc, with the caller's arguments.
+    let moved = unsafe { __libc_realloc(block, size) };
+    let live = if moved.is_null() && size != 0 { block } else { moved };
+    omp_plugin_isolate::gpu_limits::allocated(live, caller);
+    moved
+}
+
+unsafe extern "C" fn free_from(block: *mut libc::c_void, caller: usize) {
+    omp_plugin_isolate::gpu_limits::freeing(block, caller);
+    // SAFETY: glibc's free, with the caller's block.
+    unsafe { __libc_free(block) }
+}
+
+// The worker's OMPT tool (exported, build.rs: libomp looks `ompt_start_tool` up when it
+// starts): under LIBOMPTARGET_CHECK=gpu it follows implicit tasks, the scopes in which a
+// kernel's threads run its code, to measure their stack. Otherwise there is no tool.
+
+/// `ompt_data_t`.
+#[repr(C)]
+pub struct OmptData(u64);
+
+type OmptLookup = unsafe extern "C" fn(*const libc::c_char) -> usize;
+
+/// `ompt_start_tool_result_t`.
+#[repr(C)]
+pub struct OmptStartToolResult {
+    initialize: unsafe extern "C" fn(OmptLookup, i32, *mut OmptData) -> i32,
+    finalize: unsafe extern "C" fn(*mut OmptData),
+    tool_data: OmptData,
+}
+
+/// `ompt_callback_implicit_task` and `ompt_scope_begin`/`_end` (OpenMP 5.x, 4.4.4).
+const OMPT_CALLBACK_IMPLICIT_TASK: u32 = 7;
+const OMPT_SCOPE_BEGIN: u32 = 1;
+const OMPT_SCOPE_END: u32 = 2;
+
+/// # Safety
+/// Called by libomp as an OpenMP tool's entry point.
+#[no_mangle]
+pub unsafe extern "C" fn ompt_start_tool(_omp_version: u32, _runtime: *const libc::c_char) -> *mut OmptStartToolResult {
+    if !omp_plugin_isolate::gpu_limits::on() {
+        return std::ptr::null_mut();
+    }
+    let result = OmptStartToolResult { initialize: ompt_initialize, finalize: ompt_finalize, tool_data: OmptData(0) };
+    Box::into_raw(Box::new(result))
+}
+
+unsafe extern "C" fn ompt_initialize(lookup: OmptLookup, _device: i32, _data: *mut OmptData) -> i32 {
+    type SetCallback = unsafe extern "C" fn(u32, usize) -> i32;
+    // libomp's allocations (its threads, teams, first-use state) are not the kernel's.
+    omp_plugin_isolate::gpu_limits::runtime_object_at(lookup as *const () as usize);
+    // SAFETY: libomp's lookup, with a NUL-terminated name.
+    let set = unsafe { lookup(c"ompt_set_callback".as_ptr()) };
+    if set == 0 {
+        return 0;
+    }
+    // SAFETY: `ompt_set_callback` has this type (OpenMP 5.x, 4.6.1.3); the callback has the
+    // type of `ompt_callback_implicit_task_t`.
+    unsafe {
+        let set = std::mem::transmute::<usize, SetCallback>(set);
+        set(OMPT_CALLBACK_IMPLICIT_TASK, on_implicit_task as *const () as usize);
+    }
+    1
+}
+
+unsafe extern "C" fn ompt_finalize(_data: *mut OmptData) {}
+
+extern "C" fn on_implicit_task(
+    endpoint: u32,
+    _parallel: *mut OmptData,
+    _task: *mut OmptData,
+    _parallelism: u32,
+    _index: u32,
+    _flags: i32,
+) {
+    match endpoint {
+        OMPT_SCOPE_BEGIN => omp_plugin_isolate::gpu_limits::scope_begins(),
+        OMPT_SCOPE_END => omp_plugin_isolate::gpu_limits::scope_ends(),
+        _ => {}
+    }
 }
