@@ -49,6 +49,9 @@ pub struct Config {
     /// `LIBOMPTARGET_ISOLATE`: kernels of the local devices in a worker process; `None`
     /// when unset (then the checker decides, see [`crate::compose::plugins`]).
     pub isolate: Option<bool>,
+    /// `LIBOMPTARGET_MPI_DEVICES_FIRST=1`: an MPI job's devices come before the local ones, so
+    /// device 0 (the default device) is on the first device rank (docs/cluster.md).
+    pub mpi_devices_first: bool,
     /// `OMP_TARGET_OFFLOAD` (0 disabled, 1 default, 2 mandatory), for a libomp that does not
     /// export its own reading of it (`__kmpc_get_target_offload`).
     pub target_offload: Option<i32>,
@@ -70,6 +73,7 @@ impl Default for Config {
             profile_summary: false,
             check: CheckMode::Off,
             isolate: None,
+            mpi_devices_first: false,
             target_offload: None,
             vars: std::collections::BTreeMap::new(),
         }
@@ -167,6 +171,7 @@ impl Config {
                 false
             }),
         });
+        c.mpi_devices_first = get("LIBOMPTARGET_MPI_DEVICES_FIRST").and_then(|v| parse_bool(&v)).unwrap_or(false);
         c.target_offload = get("OMP_TARGET_OFFLOAD").map(|v| match v.trim().to_ascii_lowercase().as_str() {
             "disabled" => 0,
             "mandatory" => 2,
