@@ -100,9 +100,11 @@ doctest: setup dist
 	OMP_DOCTEST_PAGE=$(call sq,$(PAGE)) $(CARGO) test --release -p omp-e2e --test docs
 
 # Everything: unit tests, end-to-end programs, and LLVM's own offload test suite against our
-# runtime. Set-up and dist/ come first, as before.
+# runtime: on the host device, then its binaries again on an MPI device rank (--mpi reuses the
+# plain run's), then isolated under the checker. Set-up and dist/ come first, as before.
 test: setup dist unit e2e
 	./scripts/conformance.sh
+	./scripts/conformance.sh --mpi
 	./scripts/conformance.sh --isolate
 
 conformance: setup dist

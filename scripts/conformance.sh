@@ -9,6 +9,12 @@
 #   reason written beside it (they rely on sharing the program's memory, or are wrong on
 #   purpose), and only the tests listed in scripts/conformance-check-expected.txt may make
 #   the checker report anything: a finding on any other test is a false alarm and fails.
+# usage: scripts/conformance.sh --mpi [TEST-OR-SUBSTRING ...]
+#   --mpi: every test that passed in the plain run (run it first: its kept binaries are run
+#   again, nothing is compiled) runs with its target regions on an MPI device rank
+#   (`mpirun -np 1 TEST : -np 1 offload-mpi-device`, LIBOMPTARGET_MPI_DEVICES_FIRST=1; see
+#   scripts/conformance-mpi.py); the tests listed in scripts/conformance-mpi-expected.txt may
+#   fail there, each for the reason written beside it (they need shared memory).
 set -euo pipefail
 mode=plain
 expected=/dev/null
@@ -17,6 +23,10 @@ if [ "${1:-}" = "--isolate" ]; then
   mode=isolate
   expected="$(cd "$(dirname "$0")" && pwd)/conformance-isolate-expected.txt"
   set -- --env LIBOMPTARGET_ISOLATE=1 --env LIBOMPTARGET_CHECK=bugs "$@"
+elif [ "${1:-}" = "--mpi" ]; then
+  shift
+  mode=mpi
+  expected="$(cd "$(dirname "$0")" && pwd)/conformance-mpi-expected.txt"
 fi
 root=$(cd "$(dirname "$0")/.." && pwd)
 suite="${LLVM_SUITE_DIR:-$root/../shared/tools/llvm-suite}"
@@ -28,9 +38,18 @@ mkdir -p "$out"
 jobs=$(nproc)
 work="$out/work-$mode"
 rm -rf "$work"
-"$suite/run_llvm_suite.py" --runtime-dir "$root/dist/lib" -j "$jobs" -q --out "$out/ours-$mode.json" \
-  --keep-work --work-dir "$work" \
-  --compare "$suite/baseline-llvm19.json" "$@" | tee "$out/summary-$mode.txt" || true  # failures are judged below
+if [ "$mode" = mpi ]; then
+  command -v mpirun >/dev/null || { echo "conformance: --mpi needs mpirun (Open MPI: scripts/setup.sh installs it)" >&2; exit 1; }
+  [ -f "$out/ours-plain.json" ] && [ -d "$out/work-plain" ] \
+    || { echo "conformance: --mpi runs the plain run's binaries again: run scripts/conformance.sh first" >&2; exit 1; }
+  "$root/scripts/conformance-mpi.py" --plain-work "$out/work-plain" --plain-results "$out/ours-plain.json" \
+    --work "$work" --dist "$root/dist" -j "$jobs" --out "$out/ours-$mode.json" "$@" \
+    | tee "$out/summary-$mode.txt"
+else
+  "$suite/run_llvm_suite.py" --runtime-dir "$root/dist/lib" -j "$jobs" -q --out "$out/ours-$mode.json" \
+    --keep-work --work-dir "$work" \
+    --compare "$suite/baseline-llvm19.json" "$@" | tee "$out/summary-$mode.txt" || true  # failures are judged below
+fi
 # Regressions: tests that pass with LLVM's runtime and do not pass with ours.
 extra=$#; [ "$mode" = isolate ] && extra=$((extra - 4))  # --env ISOLATE=1 --env CHECK=bugs
 full=$([ "$extra" -eq 0 ] && echo full || echo subset)

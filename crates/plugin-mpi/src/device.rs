@@ -70,12 +70,23 @@ impl Device for MpiDevice {
         self.global_request(image, name)
     }
 
-    /// Every kind is the rank's memory: no kernel there reaches the program's.
-    fn alloc(&self, size: usize, _kind: AllocKind) -> Result<usize> {
+    /// Host memory (`llvm_omp_target_alloc_host`) is the program's, which the program reads
+    /// and writes and mappings copy; every other kind is the rank's memory: no kernel there
+    /// reaches the program's.
+    fn alloc(&self, size: usize, kind: AllocKind) -> Result<usize> {
+        if kind == AllocKind::Host {
+            return match self.link.host_blocks.alloc(size) {
+                0 => Err(PluginError::out_of_memory(format!("{size} bytes of host memory"))),
+                ptr => Ok(ptr),
+            };
+        }
         self.alloc_request(size)
     }
 
     fn free(&self, ptr: usize, _kind: AllocKind) -> Result<()> {
+        if self.link.host_blocks.free(ptr) {
+            return Ok(());
+        }
         self.free_request(ptr)
     }
 

@@ -137,6 +137,36 @@ pub struct Link {
     pub moved: Moved,
     /// `LIBOMPTARGET_INFO` has the data-transfer bit: each direct copy, and [`Moved`] at exit.
     pub info: bool,
+    /// Host memory handed out for MPI devices (`llvm_omp_target_alloc_host`).
+    pub host_blocks: HostBlocks,
+}
+
+/// Blocks of the program's memory given out as a device's host memory, as a GPU's pinned
+/// memory is the host's: the program reads and writes them, mappings copy them.
+#[derive(Default)]
+pub struct HostBlocks(Mutex<std::collections::HashSet<usize>>);
+
+impl HostBlocks {
+    /// A block of `size` bytes; 0 when there is none.
+    pub fn alloc(&self, size: usize) -> usize {
+        let ptr = omp_plugin::host_memory::malloc(size);
+        if ptr != 0 {
+            self.0.lock().insert(ptr);
+        }
+        ptr
+    }
+
+    /// Frees `ptr` when [`HostBlocks::alloc`] gave it out and it was not freed since; false
+    /// for any other address (the rank's memory).
+    pub fn free(&self, ptr: usize) -> bool {
+        if !self.0.lock().remove(&ptr) {
+            return false;
+        }
+        // SAFETY: `alloc` returned `ptr` from `host_memory::malloc`, and removing it from the
+        // set above makes this the only free of it.
+        unsafe { omp_plugin::host_memory::free(ptr) };
+        true
+    }
 }
 
 impl Link {
@@ -146,7 +176,14 @@ impl Link {
         let (tx, rx) = mpsc::channel();
         let all = every;
         std::thread::Builder::new().name("omp-mpi".into()).spawn(move || Progress::new(mpi, all).run(rx))?;
-        Ok(Link { tx: Mutex::new(tx), next: AtomicU64::new(1), ranks, moved: Moved::default(), info })
+        Ok(Link {
+            tx: Mutex::new(tx),
+            next: AtomicU64::new(1),
+            ranks,
+            moved: Moved::default(),
+            info,
+            host_blocks: HostBlocks::default(),
+        })
     }
 
     /// A call to `rank` (not yet sent) and the slot its result arrives in.
@@ -541,5 +578,23 @@ fn write_all(fd: i32, mut b: &[u8]) {
             return;
         }
         b = &b[n as usize..];
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_blocks_are_the_programs_memory_and_freed_once() {
+        let blocks = HostBlocks::default();
+        let p = blocks.alloc(64);
+        assert_ne!(p, 0);
+        // SAFETY: `p` is a live block of 64 bytes of this process.
+        unsafe { std::ptr::write_bytes(p as *mut u8, 7, 64) };
+        assert!(!blocks.free(p + 8), "an address inside is not a block");
+        assert!(!blocks.free(0x1000), "a rank's address is not one");
+        assert!(blocks.free(p));
+        assert!(!blocks.free(p), "a second free goes to the rank (which refuses it)");
     }
 }

@@ -20,7 +20,9 @@ use omp_plugin::Plugin;
 /// Plugins that need a system library come before remote ones (a machine without the library,
 /// or a program not started under MPI, has none of their devices, so no existing
 /// configuration's numbers move), and MPI devices are the job's own, which `OMP_DEFAULT_DEVICE`
-/// and device numbers in code name the same way on every run.
+/// and device numbers in code name the same way on every run. With
+/// `LIBOMPTARGET_MPI_DEVICES_FIRST=1` the MPI devices come first instead, so that a program
+/// that names no device runs its target regions on a device rank.
 pub fn plugins(config: &Config) -> Vec<Box<dyn Plugin>> {
     let checking = config.check != CheckMode::Off;
     // LIBOMPTARGET_CHECK implies isolation (unless LIBOMPTARGET_ISOLATE=0), in check mode.
@@ -40,7 +42,11 @@ pub fn plugins(config: &Config) -> Vec<Box<dyn Plugin>> {
     // The launcher's variables (OMPI_COMM_WORLD_SIZE, PMI_RANK, ...) are not the runtime's
     // settings, and only say whether this process is an MPI rank.
     let mpi = omp_plugin_mpi::MpiPlugin::from_env(|k| config.var(k).or_else(|| std::env::var(k).ok()));
-    plugins.push(Box::new(mpi));
+    if config.mpi_devices_first {
+        plugins.insert(0, Box::new(mpi));
+    } else {
+        plugins.push(Box::new(mpi));
+    }
     #[cfg(feature = "remote")]
     plugins.extend(omp_plugin_remote::plugins(|k| config.var(k)).into_iter().map(|p| Box::new(p) as Box<dyn Plugin>));
     plugins
@@ -95,5 +101,17 @@ mod tests {
             _ => None,
         });
         assert_eq!(names(&not_isolated)[0], "x86_64");
+    }
+
+    #[test]
+    fn mpi_devices_come_first_only_when_asked() {
+        let names = |c: &Config| plugins(c).iter().map(|p| p.name().to_string()).collect::<Vec<_>>();
+        let plain = names(&Config::from_env(|_| None));
+        let mpi = |n: &[String]| n.iter().position(|p| p == "x86_64 (MPI)");
+        assert_eq!(plain[0], "x86_64");
+        assert!(mpi(&plain) > Some(0));
+        let first = names(&Config::from_env(|k| (k == "LIBOMPTARGET_MPI_DEVICES_FIRST").then(|| "1".to_string())));
+        assert_eq!(first[..2], ["x86_64 (MPI)", "x86_64"][..]);
+        assert_eq!(first.len(), plain.len());
     }
 }

@@ -63,6 +63,9 @@ pub struct Config {
     /// `LIBOMPTARGET_SPREAD`: `nowait` regions that name no device and bring their own
     /// data run on the least loaded device of the default device's kind (`spread.rs`).
     pub spread: bool,
+    /// `LIBOMPTARGET_MPI_DEVICES_FIRST=1`: an MPI job's devices come before the local ones, so
+    /// device 0 (the default device) is on the first device rank (docs/cluster.md).
+    pub mpi_devices_first: bool,
     /// `OMP_TARGET_OFFLOAD` (0 disabled, 1 default, 2 mandatory), for a libomp that does not
     /// export its own reading of it (`__kmpc_get_target_offload`).
     pub target_offload: Option<i32>,
@@ -85,6 +88,7 @@ impl Default for Config {
             check: CheckMode::Off,
             isolate: None,
             spread: false,
+            mpi_devices_first: false,
             target_offload: None,
             vars: std::collections::BTreeMap::new(),
         }
@@ -190,6 +194,7 @@ impl Config {
                 false
             }),
         });
+        c.mpi_devices_first = get("LIBOMPTARGET_MPI_DEVICES_FIRST").and_then(|v| parse_bool(&v)).unwrap_or(false);
         c.target_offload = get("OMP_TARGET_OFFLOAD").map(|v| match v.trim().to_ascii_lowercase().as_str() {
             "disabled" => 0,
             "mandatory" => 2,
