@@ -164,10 +164,7 @@ pub fn main(devices: u32, worker_exe: PathBuf) -> i32 {
 fn spawn_worker(exe: &std::path::Path, devices: u32, tx: Sender<Event>) -> std::io::Result<Worker> {
     let mut cmd = Command::new(exe);
     cmd.args(["--worker", &devices.to_string(), &std::process::id().to_string()]);
-    // The worker inherits this rank's launcher variables; an image it loads that brings the
-    // OpenMP runtime with it (a program's shared library with target regions of its own)
-    // would start MPI devices there, as if it were the program's rank, and hang in MPI_Init.
-    cmd.env("LIBOMPTARGET_MPI", "0");
+    // Worker::spawn sets LIBOMPTARGET_MPI=0 (no MPI devices inside a worker).
     let out = tx.clone();
     Worker::spawn(
         cmd,

@@ -120,6 +120,11 @@ impl Worker {
             });
         }
         cmd.env("OMP_WORKER_DOORBELL", wire::DOORBELL_FD.to_string());
+        // A worker inherits its parent's MPI launcher variables (an isolated device's program
+        // or a device rank started by mpirun): an image it loads that brings the OpenMP runtime
+        // along (a shared library with target regions of its own) would start MPI devices in
+        // the worker, as if it were the program's rank, and hang in MPI_Init.
+        cmd.env("LIBOMPTARGET_MPI", "0");
         let spawned = cmd.spawn();
         drop(bell_r);
         let mut child = spawned?;
