@@ -100,6 +100,17 @@ pub fn measure_launch(run: &mut dyn FnMut()) {
     if base == 0 {
         return run();
     }
+    let (stack, heap) = measured(|| run());
+    // SAFETY: `start_in_worker`'s promise: the header page stays mapped read-write.
+    unsafe {
+        crate::track::header_word(base, STACK_USE).store(stack as u64, Ordering::Relaxed);
+        crate::track::header_word(base, HEAP_PEAK).store(heap.max(0) as u64, Ordering::Release);
+    }
+}
+
+/// Runs `run` as a measured scope of a launch on this thread: the deepest stack of its
+/// scopes, and the most heap bytes it held at once beyond what was live before.
+fn measured(run: impl FnOnce()) -> (usize, isize) {
     STACK_MOST.store(0, Ordering::Relaxed);
     let live = HEAP_LIVE.load(Ordering::Relaxed);
     HEAP_START.store(live, Ordering::Relaxed);
@@ -109,12 +120,7 @@ pub fn measure_launch(run: &mut dyn FnMut()) {
     run();
     scope_ends();
     IN_LAUNCH.store(false, Ordering::Release);
-    let heap = HEAP_MOST.load(Ordering::Relaxed) - HEAP_START.load(Ordering::Relaxed);
-    // SAFETY: `start_in_worker`'s promise: the header page stays mapped read-write.
-    unsafe {
-        crate::track::header_word(base, STACK_USE).store(STACK_MOST.load(Ordering::Relaxed) as u64, Ordering::Relaxed);
-        crate::track::header_word(base, HEAP_PEAK).store(heap.max(0) as u64, Ordering::Release);
-    }
+    (STACK_MOST.load(Ordering::Relaxed), HEAP_MOST.load(Ordering::Relaxed) - HEAP_START.load(Ordering::Relaxed))
 }
 
 /// What the last launch used, as the worker left it in the header of the arena at `base`.
@@ -388,20 +394,6 @@ mod tests {
         frame[kib % 1024] = kib as u8;
         std::hint::black_box(&mut frame);
         frame[0].wrapping_add(nested_scope_at_depth(kib - 1))
-    }
-
-    /// Runs `f` as a measured scope of a launch on this thread; what it used.
-    fn measured(f: impl FnOnce()) -> (usize, isize) {
-        STACK_MOST.store(0, Ordering::Relaxed);
-        let live = HEAP_LIVE.load(Ordering::Relaxed);
-        HEAP_START.store(live, Ordering::Relaxed);
-        HEAP_MOST.store(live, Ordering::Relaxed);
-        IN_LAUNCH.store(true, Ordering::Release);
-        scope_begins();
-        f();
-        scope_ends();
-        IN_LAUNCH.store(false, Ordering::Release);
-        (STACK_MOST.load(Ordering::Relaxed), HEAP_MOST.load(Ordering::Relaxed) - HEAP_START.load(Ordering::Relaxed))
     }
 
     #[test]

@@ -141,12 +141,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn file_names_and_json_strings() {
+    fn file_names_keep_letters_digits_and_underscores() {
         assert_eq!(file_name("__omp_offloading_10303_2a1c3b1_sum_l5"), "__omp_offloading_10303_2a1c3b1_sum_l5");
         assert_eq!(file_name("a/../b"), "a____b");
         assert_eq!(file_name(".x"), "_x");
         assert_eq!(file_name("k.a"), "k_a", "a dot would be taken for the start of an extension");
         assert_eq!(file_name(""), "kernel");
-        assert_eq!(json_string("a\"b\\\n"), "\"a\\\"b\\\\\\u000a\"");
     }
 }
