@@ -404,8 +404,10 @@ mod tests {
             .spawn(|| {
                 ARENA.store(1, Ordering::Release);
                 // Within the window (to the word), below it (to the page), within the margin;
-                // each frame is 1 KiB and what the call takes (more unoptimized).
-                for (kib, at_least, at_most) in [(8, 8 << 10, 12 << 10), (64, 64 << 10, 80 << 10), (0, 0, MARGIN)] {
+                // each frame is 1 KiB and what the call takes (more unoptimized), less the
+                // few words between the caller's frame and where the scope begins (an
+                // optimized build measured 8,167 bytes for 8 frames).
+                for (kib, at_least, at_most) in [(8, 7 << 10, 12 << 10), (64, 63 << 10, 80 << 10), (0, 0, MARGIN)] {
                     let (stack, _) = measured(|| {
                         std::hint::black_box(use_stack(kib));
                     });
