@@ -4,7 +4,8 @@
 # passes on LLVM's runtime must pass on ours. Exits non-zero on any such regression.
 # usage: scripts/conformance.sh [--isolate] [extra run_llvm_suite.py args, e.g. a test subset]
 #   --isolate: the same run with LIBOMPTARGET_ISOLATE=1 (kernels in a worker process) and the
-#   mapping checker on (LIBOMPTARGET_CHECK=bugs: guard pages, access tracking, findings); the
+#   mapping checker on (LIBOMPTARGET_CHECK=bugs: guard pages, access tracking, findings, and
+#   each kernel's stack and device malloc against a GPU's defaults); the
 #   tests listed in scripts/conformance-isolate-expected.txt may fail there, each for the
 #   reason written beside it (they rely on sharing the program's memory, or are wrong on
 #   purpose), and only the tests listed in scripts/conformance-check-expected.txt may make
