@@ -100,7 +100,7 @@ pub fn measure_launch(run: &mut dyn FnMut()) {
     if base == 0 {
         return run();
     }
-    let (stack, heap) = measured(|| run());
+    let (stack, heap) = measured(run);
     // SAFETY: `start_in_worker`'s promise: the header page stays mapped read-write.
     unsafe {
         crate::track::header_word(base, STACK_USE).store(stack as u64, Ordering::Relaxed);
