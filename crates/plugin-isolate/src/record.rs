@@ -288,7 +288,7 @@ impl Recorder {
         }
         let file = self.next_file_name(&mut st, &name);
         drop(st);
-        if let Err(err) = std::fs::create_dir_all(&self.dir) {
+        if let Err(err) = self.make_dir() {
             self.stop(&format!("cannot create {}: {err}", self.dir.display()), &name);
             return e;
         }
@@ -393,11 +393,34 @@ impl Recorder {
         }
         let file = self.next_file_name(&mut st, &name);
         drop(st);
-        if let Err(e) = std::fs::create_dir_all(&self.dir) {
+        if let Err(e) = self.make_dir() {
             self.stop(&format!("cannot create {}: {e}", self.dir.display()), &name);
             return None;
         }
         Some(Pending { base: self.dir.join(file), name, key, allocations, image, globals })
+    }
+
+    /// Makes the directory records go to. The user's `LIBOMPTARGET_RECORD` is made as asked;
+    /// the default one, at a name anyone can guess in a shared `$TMPDIR`, must be this
+    /// user's own: made here with mode 0700, or found as a directory (not a link) of this
+    /// user that nobody else can write, so that no one else can have placed links in it
+    /// that a record's files would be written through.
+    fn make_dir(&self) -> io::Result<()> {
+        use std::os::unix::fs::{DirBuilderExt, MetadataExt};
+        if self.choosing {
+            return std::fs::create_dir_all(&self.dir);
+        }
+        match std::fs::DirBuilder::new().mode(0o700).create(&self.dir) {
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
+            other => return other,
+        }
+        let meta = std::fs::symlink_metadata(&self.dir)?;
+        // SAFETY: geteuid has no preconditions and cannot fail.
+        let me = unsafe { libc::geteuid() };
+        if !meta.file_type().is_dir() || meta.uid() != me || meta.mode() & 0o022 != 0 {
+            return Err(io::Error::other("it exists and is not a private directory of this user"));
+        }
+        Ok(())
     }
 
     /// The one warning: nothing more is recorded.

@@ -292,3 +292,36 @@ fn a_chosen_launch_records_its_images_globals_before_it_runs() {
     assert!(!json.contains("unsized"), "a global of unknown size is not recorded: {json}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn the_default_directory_is_made_private_and_a_planted_one_is_refused() {
+    let mut rec = Recorder::from_vars(|_| None).unwrap();
+    let root = std::env::temp_dir().join(format!("omp-record-private-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&root);
+    std::fs::create_dir_all(&root).unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    // Made here: mode 0700; found again: accepted.
+    rec.dir = root.join("made");
+    rec.make_dir().unwrap();
+    assert_eq!(std::fs::metadata(&rec.dir).unwrap().permissions().mode() & 0o777, 0o700);
+    rec.make_dir().unwrap();
+    // A link placed at the name (to a directory the links inside would write through): refused.
+    std::fs::create_dir(root.join("elsewhere")).unwrap();
+    std::os::unix::fs::symlink(root.join("elsewhere"), root.join("link")).unwrap();
+    rec.dir = root.join("link");
+    assert!(rec.make_dir().is_err());
+    // A directory others can write: refused.
+    rec.dir = root.join("open");
+    std::fs::create_dir(&rec.dir).unwrap();
+    std::fs::set_permissions(&rec.dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+    assert!(rec.make_dir().is_err());
+    // A file: refused.
+    rec.dir = root.join("file");
+    std::fs::write(&rec.dir, b"").unwrap();
+    assert!(rec.make_dir().is_err());
+    // The user's own LIBOMPTARGET_RECORD directory is made as asked.
+    let mut chosen = Recorder::from_vars(|k| (k == "LIBOMPTARGET_RECORD").then(|| "x".into())).unwrap();
+    chosen.dir = root.join("open");
+    chosen.make_dir().unwrap();
+    std::fs::remove_dir_all(&root).unwrap();
+}
