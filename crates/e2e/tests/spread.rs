@@ -134,3 +134,22 @@ fn a_dag_spreads_over_mpi_device_ranks_under_both_launchers() {
         assert_eq!(table, BTreeSet::from([4]), "{launcher}: tasks that use entered data stay on device 4");
     }
 }
+
+/// The initial device as the default device (`omp_set_default_device(-1)`): a nowait region
+/// that names no device runs as it does without spreading (it once sent spreading back to
+/// itself until the stack ran out).
+#[cfg_attr(omp_e2e, test)]
+fn the_initial_device_as_the_default_device_runs_as_without_spreading() {
+    for llvm in ALL {
+        let exe = scratch(&format!("spread-initial-{}", llvm.major())).join("initial_default");
+        compile(llvm, &[&program("spread/initial_default.c")], &exe, &[]);
+        let plain = run_with(&exe, &dist_lib(), &[]);
+        let spread = run_with(&exe, &dist_lib(), &[SPREAD]);
+        // Without spreading the runtime says the device number is out of range (as for any
+        // number it has no device for); with it, exactly the same, never a crash.
+        assert!(text(&plain.stderr).contains("Device number '-1' out of range"), "{}", text(&plain.stderr));
+        assert_eq!(text(&spread.stderr), text(&plain.stderr));
+        assert_eq!(text(&spread.stdout), text(&plain.stdout));
+        assert_eq!(spread.status.code(), plain.status.code(), "{:?}", spread.status);
+    }
+}
