@@ -20,12 +20,6 @@ impl Runtime {
                 return self.target_kernel_spread(spread, loc, host_ptr, launch);
             }
         }
-        self.target_kernel_on(loc, device_id, host_ptr, launch)
-    }
-
-    /// [`Runtime::target_kernel`] on `device_id`, as the program asked or as spreading placed.
-    #[inline(always)]
-    fn target_kernel_on(&self, loc: Loc, device_id: i64, host_ptr: usize, launch: &mut KernelLaunch) -> i32 {
         let selected = self.check_device(device_id, loc);
         let dev = match selected {
             Ok(Target::Device(d)) => d,
@@ -52,17 +46,19 @@ impl Runtime {
 
     /// A `nowait` region that names no device, under `LIBOMPTARGET_SPREAD`: placed by
     /// [`Runtime::place`] and run as if it named that device, counted in flight there
-    /// until it ends. When the default device cannot be used, the region goes the plain
-    /// way, which says why. (`target_kernel_on` is inlined here too, in this cold copy; the
-    /// launch path keeps its own inline. Calling `target_kernel` again with the default
-    /// device's number would come back here when that number is -1: `omp_initial_device`
-    /// set as the default device.)
+    /// until it ends. (Through [`Runtime::target_kernel`] again, not a second copy of the
+    /// launch: a second caller kept the launch out of line and cost every launch.) When the
+    /// default device cannot be used, its number goes the plain way, which says why.
+    /// `nowait` is cleared first (spreading is all it is read for), so the region does not
+    /// come back here: the default device's number is -1 when the program made the initial
+    /// device its default, and that once recursed until the stack ran out.
     #[cold]
     #[inline(never)]
     fn target_kernel_spread(&self, spread: &Spread, loc: Loc, host_ptr: usize, launch: &mut KernelLaunch) -> i32 {
+        launch.nowait = false;
         match self.place(spread, loc, host_ptr, &launch.args) {
-            Some(placed) => self.target_kernel_on(loc, i64::from(placed.device.id), host_ptr, launch),
-            None => self.target_kernel_on(loc, -1, host_ptr, launch),
+            Some(placed) => self.target_kernel(loc, i64::from(placed.device.id), host_ptr, launch),
+            None => self.target_kernel(loc, self.resolve_device(-1), host_ptr, launch),
         }
     }
 

@@ -21,6 +21,7 @@ pub struct KernelLaunch<'a> {
     pub num_teams: u32,
     pub thread_limit: u32,
     pub tripcount: u64,
+    /// A `nowait` construct (read by spreading only: `LIBOMPTARGET_SPREAD`).
     pub nowait: bool,
     /// The second and third dimensions of `num_teams` and `thread_limit` (0: unspecified).
     pub teams_yz: [u32; 2],
