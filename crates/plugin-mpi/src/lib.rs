@@ -12,6 +12,7 @@
 //! node, the worker that isolated and remote devices use, so images, allocations, copies,
 //! launches and kernel output behave as they do there.
 
+mod backend;
 mod device;
 pub mod link;
 mod peer;
