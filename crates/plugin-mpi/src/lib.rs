@@ -18,6 +18,7 @@ pub mod link;
 mod peer;
 pub mod proto;
 pub mod serve;
+mod slice;
 
 pub use device::MpiDevice;
 

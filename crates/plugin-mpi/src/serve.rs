@@ -159,6 +159,7 @@ pub fn main(devices: u32, serving: Serving) -> i32 {
             return serve_lost(mpi, program, format!("could not start its device worker: {e}"), peer);
         }
     };
+    crate::slice::shorten_this_thread();
     Serve {
         mpi,
         program,
