@@ -86,7 +86,10 @@ impl Kernels {
         let started = std::thread::Builder::new()
             .name("omp-mpi-kernel".into())
             .stack_size(serve::kernel_stack_size())
-            .spawn(move || me.serve());
+            .spawn(move || {
+                crate::slice::shorten_this_thread();
+                me.serve()
+            });
         if let Err(e) = started {
             eprintln!("offload-mpi-device: cannot start a thread: {e}");
             std::process::exit(1);
@@ -143,9 +146,9 @@ impl InProcess {
     }
 }
 
-/// Runs one request as the worker would, and completes `done` after what it printed went out.
-fn complete(devs: &[Arc<dyn Device>], capture: &Capture, op: u8, payload: &[u8], expect: Expect, done: Done) {
-    let result = serve::execute(devs, op, payload);
+/// Completes `done` with a request's result (as the worker would reply) after what the
+/// request printed went out.
+fn complete(capture: &Capture, result: Result<Vec<u8>, String>, expect: Expect, done: Done) {
     // What the request printed (a kernel, an image's constructors) goes out before its reply
     // (C streams are buffered when they are pipes).
     // SAFETY: fflush(NULL) flushes every open output stream; it takes no pointer of ours.
@@ -160,6 +163,22 @@ fn complete(devs: &[Arc<dyn Device>], capture: &Capture, op: u8, payload: &[u8],
     done(omp_worker::client::decode(expect, tag, payload).unwrap_or_else(|e| Err(CallError::Failed(e))));
 }
 
+/// A process forked by a kernel that returned from it is a copy of the rank (its MPI state
+/// included): it must not go on as the rank. It is ended, saying so.
+fn forked_child_ends(rank: u32) {
+    if std::process::id() == rank {
+        return;
+    }
+    let msg = b"omptarget warning: a process forked inside a target region on an MPI device served in process (a \
+copy of the device rank, not of the program) returned from the region; it was ended (end it with _exit or exec)\n";
+    // SAFETY: writes our own buffer to fd 2, then ends this process without running exit
+    // handlers (MPI's among them) or flushing the streams it copied from the rank.
+    unsafe {
+        libc::write(2, msg.as_ptr().cast(), msg.len());
+        libc::_exit(0);
+    }
+}
+
 impl Backend for InProcess {
     fn send(&self, req: &Request, done: Done) {
         if let Request::Read { len, .. } = *req {
@@ -171,10 +190,15 @@ impl Backend for InProcess {
         let (op, head, body, expect) = req.encode();
         let payload = [head.as_slice(), body].concat();
         if op != wire::OP_LAUNCH {
-            return complete(&self.devs, &self.capture, op, &payload, expect, done);
+            return complete(&self.capture, serve::execute(&self.devs, op, &payload), expect, done);
         }
         let (devs, capture) = (self.devs.clone(), self.capture.clone());
-        self.kernels.run(Box::new(move || complete(&devs, &capture, op, &payload, expect, done)));
+        let rank = std::process::id();
+        self.kernels.run(Box::new(move || {
+            let result = serve::execute(&devs, op, &payload);
+            forked_child_ends(rank);
+            complete(&capture, result, expect, done)
+        }));
     }
 
     fn read_into(&self, device: u32, addr: u64, buf: &mut [u8]) -> Result<(), CallError> {
@@ -206,5 +230,44 @@ impl Backend for InProcess {
         // SAFETY: fflush(NULL) flushes every open output stream; it takes no pointer of ours.
         unsafe { libc::fflush(std::ptr::null_mut()) };
         self.capture.drain();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::mpsc;
+    use std::time::Duration;
+
+    #[test]
+    fn a_running_kernel_never_holds_up_the_next_launch() {
+        let kernels = Arc::new(Kernels::default());
+        let (release, held) = mpsc::channel::<()>();
+        let (done, finished) = mpsc::channel::<&str>();
+        let first_done = done.clone();
+        // The first launch runs until the second has finished.
+        kernels.run(Box::new(move || {
+            held.recv().unwrap();
+            first_done.send("first").unwrap();
+        }));
+        kernels.run(Box::new(move || done.send("second").unwrap()));
+        assert_eq!(finished.recv_timeout(Duration::from_secs(20)), Ok("second"));
+        release.send(()).unwrap();
+        assert_eq!(finished.recv_timeout(Duration::from_secs(20)), Ok("first"));
+    }
+
+    #[test]
+    fn idle_kernel_threads_are_reused() {
+        let kernels = Arc::new(Kernels::default());
+        let (done, finished) = mpsc::channel::<std::thread::ThreadId>();
+        let mut threads = std::collections::HashSet::new();
+        for _ in 0..20 {
+            let done = done.clone();
+            kernels.run(Box::new(move || done.send(std::thread::current().id()).unwrap()));
+            threads.insert(finished.recv_timeout(Duration::from_secs(20)).unwrap());
+        }
+        // One launch at a time: the thread that ran the first is idle (or about to be) for the
+        // next; at most one more starts when a launch comes before it is counted idle.
+        assert!(threads.len() <= 2, "{} threads for 20 launches one after another", threads.len());
     }
 }
