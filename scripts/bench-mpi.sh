@@ -3,8 +3,11 @@
 # job on this machine: an empty target region on an MPI device vs a bare MPI round trip of
 # the same size (blocking, and waited for the way the runtime waits), and 64 MiB copies to,
 # from and between MPI devices (rank 1 to rank 2, directly; within rank 1) vs raw MPI
-# bandwidth (all ranks are on this machine, so any two ranks are alike). Needs `make dist`
-# and Open MPI.
+# bandwidth (all ranks are on this machine, so any two ranks are alike). The device ranks run
+# both ways in the same run: with an offload-worker (the default) and in process
+# (`offload-mpi-device --in-process`). With perf, also the CPU time and context switches of
+# all the job's processes per empty target (a run of 2N launches minus a run of N). Needs
+# `make dist` and Open MPI.
 # usage: scripts/bench-mpi.sh [empty-target runs]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -21,6 +24,36 @@ echo "== raw MPI between rank 0 and rank 1 ($runs round trips)"
 echo "== an MPI device on rank 1 (device 4); rank 1 to rank 2 (device 4 to device 8, directly); within rank 1 (device 4 to 5)"
 "${mpirun[@]}" -np 1 "$work/bench_offload" 4 "$runs" 8 5 : -np 2 "$root/dist/bin/offload-mpi-device" |
   tee "$work/mpi.txt"
+echo "== the same with the device ranks serving in process (offload-mpi-device --in-process)"
+"${mpirun[@]}" -np 1 "$work/bench_offload" 4 "$runs" 8 5 : -np 2 "$root/dist/bin/offload-mpi-device" --in-process |
+  tee "$work/mpi-in-process.txt"
+value() { sed -n "s/^$1: \([0-9.]*\) $2\$/\1/p" "$3"; }
+floor=$(value 'round trip (poll, then sleep)' us "$work/raw.txt")
+busy=$(value 'round trip (blocking, busy-polling)' us "$work/raw.txt")
+worker=$(value 'empty target' us "$work/mpi.txt")
+inproc=$(value 'empty target' us "$work/mpi-in-process.txt")
+awk -v floor="$floor" -v busy="$busy" -v worker="$worker" -v inproc="$inproc" 'BEGIN {
+  printf "empty target / MPI round trip waited for the same way: worker %.1fx, in process %.1fx (goal <= 1.3)\n",
+    worker / floor, inproc / floor
+  printf "empty target / busy-polling MPI round trip: worker %.1fx, in process %.1fx\n", worker / busy, inproc / busy }'
+if command -v perf >/dev/null; then
+  echo "== per empty target, all processes of the job (perf stat: a run of $((2 * runs)) minus a run of $runs)"
+  for mode in worker in-process; do
+    flag=()
+    [ "$mode" = in-process ] && flag=(--in-process)
+    for n in "$runs" $((2 * runs)); do
+      perf stat -x, -e task-clock,context-switches -o "$work/perf-$mode-$n.txt" \
+        "${mpirun[@]}" -np 1 "$work/bench_offload" 4 "$n" : -np 1 "$root/dist/bin/offload-mpi-device" "${flag[@]}" \
+        >/dev/null
+    done
+    awk -F, -v runs="$runs" -v mode="$mode" '
+      $3 == "task-clock" { ms[FILENAME] = $1 } $3 == "context-switches" { cs[FILENAME] = $1 }
+      END { for (f in ms) { if (f ~ /-'"$runs"'\.txt$/) { a = f } else { b = f } }
+        printf "%s: %.1f us of CPU, %.1f context switches per empty target\n", mode,
+          1000 * (ms[b] - ms[a]) / runs, (cs[b] - cs[a]) / runs }' \
+      "$work/perf-$mode-$runs.txt" "$work/perf-$mode-$((2 * runs)).txt"
+  done
+fi
 raw=$(sed -n 's/^64 MiB rank to rank: \([0-9.]*\) GB\/s$/\1/p' "$work/raw.txt")
 pieces=$(sed -n 's/^64 MiB rank to rank in 2 MiB messages: \([0-9.]*\) GB\/s$/\1/p' "$work/raw.txt")
 across=$(sed -n 's/^64 MiB device 4 to device 8: \([0-9.]*\) GB\/s$/\1/p' "$work/mpi.txt")

@@ -5,6 +5,9 @@
 //!
 //! The host plugin offers devices 0-3; device rank r (1, 2, …) offers 4 devices from
 //! 4 × r on, so the first device of the first rank is 4.
+//!
+//! Tests marked so also run the device ranks as `offload-mpi-device --in-process` (kernels in
+//! the rank's own process, [`IN_PROCESS`]).
 
 // Always compiled; run as tests once `make dist` has run, and always under CI (see build.rs).
 #![cfg_attr(not(omp_e2e), allow(dead_code))]
@@ -30,6 +33,9 @@ enum Launcher {
 use Launcher::{Mpich, OpenMpi};
 
 const LAUNCHERS: [Launcher; 2] = [OpenMpi, Mpich];
+
+/// The device program's flag that serves requests in the rank's own process.
+const IN_PROCESS: &str = "--in-process";
 
 impl Launcher {
     fn exe(self) -> &'static str {
@@ -114,7 +120,8 @@ fn hostname() -> String {
 }
 
 /// C, C++ and Fortran programs print on the first device of the last device rank what they
-/// print on the host device, with one and with two device ranks.
+/// print on the host device, with one and with two device ranks, and with ranks that serve
+/// in process (two ranks under Open MPI, one under MPICH).
 #[cfg_attr(omp_e2e, test)]
 fn programs_give_the_host_devices_answers_on_one_and_two_device_ranks() {
     for rel in [
@@ -134,11 +141,18 @@ fn programs_give_the_host_devices_answers_on_one_and_two_device_ranks() {
             assert!(o.status.success(), "{l:?}: {rel} on device {device}: {}\n{}", o.status, text(&o.stderr));
             assert_eq!(text(&o.stdout), host, "{l:?}: {rel} on device {device} of {ranks} ranks: {}", text(&o.stderr));
         }
+        for (l, ranks) in [(OpenMpi, 2), (Mpich, 1)] {
+            let device = (4 * ranks).to_string();
+            let (o, _) = mpirun(l, &[exe.to_str().unwrap()], ranks, &[IN_PROCESS], &[("OMP_DEFAULT_DEVICE", &device)]);
+            let err = text(&o.stderr);
+            assert!(o.status.success(), "{l:?}: {rel} on device {device}, in process: {}\n{err}", o.status);
+            assert_eq!(text(&o.stdout), host, "{l:?}: {rel} on device {device} of {ranks} ranks, in process: {err}");
+        }
     }
 }
 
 /// Every device of every rank, after the local ones, rank by rank; kernels' output arrives
-/// in order with the program's.
+/// in order with the program's (also from ranks that serve in process).
 #[cfg_attr(omp_e2e, test)]
 fn every_device_of_every_rank_is_numbered_after_the_local_ones() {
     let exe = build("numbering", "mpi/every_device.c");
@@ -147,10 +161,11 @@ fn every_device_of_every_rank_is_numbered_after_the_local_ones() {
         let sum: i64 = (0..64).map(|i| i * 2 + d).sum();
         want += &format!("kernel on device {d}\ndevice {d}: sum={sum} initial=0\n");
     }
-    for l in LAUNCHERS {
-        let (o, _) = mpirun(l, &[exe.to_str().unwrap()], 2, &["--devices", "2"], &[]);
-        assert!(o.status.success(), "{l:?}: {}\n{}", o.status, text(&o.stderr));
-        assert_eq!(text(&o.stdout), want, "{l:?}: {}", text(&o.stderr));
+    for (l, mode) in LAUNCHERS.iter().flat_map(|l| [(*l, None), (*l, Some(IN_PROCESS))]) {
+        let args: Vec<&str> = ["--devices", "2"].into_iter().chain(mode).collect();
+        let (o, _) = mpirun(l, &[exe.to_str().unwrap()], 2, &args, &[]);
+        assert!(o.status.success(), "{l:?} {mode:?}: {}\n{}", o.status, text(&o.stderr));
+        assert_eq!(text(&o.stdout), want, "{l:?} {mode:?}: {}", text(&o.stderr));
     }
 }
 
@@ -209,22 +224,24 @@ fn a_device_that_dies_mid_kernel_is_named_with_its_rank_and_host() {
     }
 }
 
-/// A device rank that dies (the kernel kills the rank itself): the launcher ends the job
-/// within 10 s, naming the process (Open MPI: its rank) and its host; nothing hangs.
+/// A device rank that dies (the kernel kills the rank itself; or, in a rank that serves in
+/// process, the kernel's own process, which is the rank): the launcher ends the job within
+/// 10 s, naming the process (Open MPI: its rank) and its host; nothing hangs.
 #[cfg_attr(omp_e2e, test)]
 fn a_device_rank_that_dies_ends_the_job_within_10_s() {
     let exe = build("rank-dies", "mpi/rank_dies.c");
-    for l in LAUNCHERS {
-        let (o, took) = mpirun(l, &[exe.to_str().unwrap(), "rank"], 1, &[], &[]);
+    let cases = LAUNCHERS.iter().flat_map(|l| [(*l, "rank", None), (*l, "worker", Some(IN_PROCESS))]);
+    for (l, kills, mode) in cases {
+        let (o, took) = mpirun(l, &[exe.to_str().unwrap(), kills], 1, &Vec::from_iter(mode), &[]);
         let out = text(&o.stdout) + &text(&o.stderr);
-        assert!(took < Duration::from_secs(10), "{l:?}: took {took:?}: {out}");
+        assert!(took < Duration::from_secs(10), "{l:?} {mode:?}: took {took:?}: {out}");
         assert!(!o.status.success());
-        assert!(!out.contains("after="), "{l:?}: {out}");
+        assert!(text(&o.stdout).starts_with("first=2\n") && !out.contains("after="), "{l:?} {mode:?}: {out}");
         let named = match l {
             OpenMpi => out.contains("process rank 1"),
             Mpich => out.contains("BAD TERMINATION") && out.contains("Killed (signal 9)"),
         };
-        assert!(named && out.contains(&hostname()), "{l:?}: {out}");
+        assert!(named && out.contains(&hostname()), "{l:?} {mode:?}: {out}");
     }
 }
 
@@ -251,15 +268,20 @@ fn bad_starts_are_clear_errors() {
 }
 
 /// Copies to and from an MPI device while a long kernel runs on it finish before the kernel:
-/// several calls are in flight on one device of one rank, none waits for another.
+/// several calls are in flight on one device of one rank, none waits for another (also in a
+/// rank that serves in process: the kernel runs on a thread of its own).
 #[cfg_attr(omp_e2e, test)]
 fn copies_do_not_wait_for_a_running_kernel() {
     let exe = build("overlap", "remote/overlap.c");
-    for l in LAUNCHERS {
-        let (o, _) = mpirun(l, &[exe.to_str().unwrap(), "2"], 1, &[], &[("OMP_DEFAULT_DEVICE", "4")]);
+    for (l, mode) in LAUNCHERS.iter().flat_map(|l| [(*l, None), (*l, Some(IN_PROCESS))]) {
+        let args = Vec::from_iter(mode);
+        let (o, _) = mpirun(l, &[exe.to_str().unwrap(), "2"], 1, &args, &[("OMP_DEFAULT_DEVICE", "4")]);
         let out = text(&o.stdout);
-        assert!(o.status.success(), "{l:?}: {}\n{}", o.status, text(&o.stderr));
-        assert!(out.contains("copies ok=1 equal=1\n") && out.contains("copies finished first=1"), "{l:?}: {out}");
+        assert!(o.status.success(), "{l:?} {mode:?}: {}\n{}", o.status, text(&o.stderr));
+        assert!(
+            out.contains("copies ok=1 equal=1\n") && out.contains("copies finished first=1"),
+            "{l:?} {mode:?}: {out}"
+        );
     }
 }
 

@@ -10,13 +10,16 @@
 //!
 //! A device rank runs [`serve::main`]: it relays requests to an `offload-worker` of its
 //! node, the worker that isolated and remote devices use, so images, allocations, copies,
-//! launches and kernel output behave as they do there.
+//! launches and kernel output behave as they do there; or, with `--in-process`, it runs the
+//! worker's request handling itself (`backend`).
 
+mod backend;
 mod device;
 pub mod link;
 mod peer;
 pub mod proto;
 pub mod serve;
+mod slice;
 
 pub use device::MpiDevice;
 

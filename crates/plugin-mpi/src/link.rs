@@ -345,6 +345,7 @@ impl Progress {
     }
 
     fn run(mut self, rx: Receiver<Msg>) {
+        crate::slice::shorten_this_thread();
         loop {
             let msg = if !self.sends.is_empty() || !self.recvs.is_empty() {
                 // A transfer moves only while MPI is called: poll.

@@ -12,9 +12,10 @@
 //! oldest copy moves (others wait their turn); the program's requests reach both ranks in
 //! the same order, so both sides agree which copy each piece belongs to.
 
+use crate::backend::Backend;
 use crate::proto::{CopyAcross, PeerCopy, DEPTH, PIECE, TAG_PEER};
 use omp_mpi::{Mpi, Request as MpiRequest};
-use omp_worker::{CallError, Worker};
+use omp_worker::CallError;
 use std::collections::{HashMap, VecDeque};
 use std::sync::mpsc::{self, Sender};
 use std::sync::Arc;
@@ -92,7 +93,7 @@ pub struct Peers {
 
 impl Peers {
     /// Starts the copier thread, which works on `worker` and hands what it did to `report`.
-    pub fn start(worker: Arc<Worker>, report: impl Fn(Copied) + Send + 'static) -> std::io::Result<Peers> {
+    pub fn start(worker: Arc<dyn Backend>, report: impl Fn(Copied) + Send + 'static) -> std::io::Result<Peers> {
         let (copier, jobs) = mpsc::channel::<Job>();
         std::thread::Builder::new().name("omp-mpi-copier".into()).spawn(move || {
             for job in jobs {
@@ -241,7 +242,7 @@ impl Peers {
 
 /// A copy that found the worker gone learns how it ended (its reader thread reaps it a
 /// moment later: a second at most).
-fn how_it_ended(worker: &Worker, e: CallError) -> CallError {
+fn how_it_ended(worker: &Arc<dyn Backend>, e: CallError) -> CallError {
     let CallError::Died(gone) = e else { return e };
     let start = Instant::now();
     loop {
@@ -262,7 +263,7 @@ fn recycle(pool: &mut Vec<Vec<u8>>, buf: Vec<u8>) {
 }
 
 /// A copy between two devices of one worker, through a buffer of this rank.
-fn across(worker: &Worker, c: CopyAcross) -> Result<(), CallError> {
+fn across(worker: &Arc<dyn Backend>, c: CopyAcross) -> Result<(), CallError> {
     let mut buf = vec![0u8; c.len.min(PIECE)];
     for at in (0..c.len).step_by(PIECE) {
         let n = PIECE.min(c.len - at);

@@ -1,12 +1,15 @@
 //! A device rank (`offload-mpi-device`): relays the program's requests to this node's
 //! devices through an `offload-worker` process, the same worker (and so the same handling of
 //! images, allocations, copies and launches) that isolated and remote devices use, and
-//! sends the replies and what kernels print back in order.
+//! sends the replies and what kernels print back in order. With `--in-process`, the rank
+//! serves them itself with the worker's request handling ([`crate::backend`]).
 //!
-//! One thread owns MPI. Worker calls complete on the worker client's thread and come back
-//! through a channel, which also wakes the MPI thread; while nothing is in flight it backs
-//! off, so an idle rank, or one whose kernel runs for seconds, uses almost no CPU.
+//! One thread owns MPI. Worker calls complete on the worker client's thread (in process: a
+//! kernel thread, or the MPI thread itself) and come back through a channel, which also
+//! wakes the MPI thread; while nothing is in flight it backs off, so an idle rank, or one
+//! whose kernel runs for seconds, uses almost no CPU.
 
+use crate::backend::{Backend, InProcess};
 use crate::peer::{Copied, Peers};
 use crate::proto::{
     self, Backoff, CopyAcross, Hello, PeerCopy, MAX_CHUNK, MAX_REQUEST, OP_COPY_ACROSS, OP_PEER_RECV, OP_PEER_SEND,
@@ -14,6 +17,7 @@ use crate::proto::{
 };
 use omp_mpi::{Mpi, Request as MpiRequest};
 use omp_worker::{wire, CallError, Request, Response, SpawnOptions, Worker};
+use std::path::Path;
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
@@ -51,7 +55,7 @@ struct Serve {
     /// This rank and every device rank of the job (the others a copy may go to or come from).
     me: i32,
     device_ranks: Vec<i32>,
-    worker: Arc<Worker>,
+    worker: Arc<dyn Backend>,
     /// Copies to and from other device ranks, and between devices of this one.
     peers: Peers,
     events: Receiver<Event>,
@@ -65,9 +69,17 @@ struct Serve {
     args: Vec<u64>,
 }
 
-/// Runs a device rank offering `devices` devices of a worker at `worker_exe`; returns the
+/// Where a device rank's kernels run.
+pub enum Serving {
+    /// In an `offload-worker` started from this path (the default).
+    Worker(PathBuf),
+    /// In the rank's own process (`--in-process`).
+    InProcess,
+}
+
+/// Runs a device rank offering `devices` devices, served as `serving` says; returns the
 /// exit status.
-pub fn main(devices: u32, worker_exe: PathBuf) -> i32 {
+pub fn main(devices: u32, serving: Serving) -> i32 {
     let fail = |m: String| {
         eprintln!("offload-mpi-device: {m}");
         1
@@ -129,20 +141,25 @@ pub fn main(devices: u32, worker_exe: PathBuf) -> i32 {
         .map(|r| r as i32)
         .collect();
     let (tx, events) = mpsc::channel();
-    let started = spawn_worker(&worker_exe, devices, tx.clone()).and_then(|w| {
-        let w = Arc::new(w);
+    let started = start_backend(&serving, devices, tx.clone()).and_then(|w| {
         let copied = tx.clone();
         Peers::start(w.clone(), move |c| drop(copied.send(Event::Copied(c)))).map(|p| (w, p))
     });
     let (worker, peers) = match started {
         Ok(w) => w,
         Err(e) => {
-            eprintln!("offload-mpi-device (rank {rank}): cannot start {}: {e}", worker_exe.display());
+            match &serving {
+                Serving::Worker(exe) => {
+                    eprintln!("offload-mpi-device (rank {rank}): cannot start {}: {e}", exe.display())
+                }
+                Serving::InProcess => eprintln!("offload-mpi-device (rank {rank}): cannot open its devices: {e}"),
+            }
             // The program learns it at its first call: every request is answered "lost".
             let peer = move |r: i32| r != rank && device_ranks.contains(&r);
             return serve_lost(mpi, program, format!("could not start its device worker: {e}"), peer);
         }
     };
+    crate::slice::shorten_this_thread();
     Serve {
         mpi,
         program,
@@ -161,7 +178,17 @@ pub fn main(devices: u32, worker_exe: PathBuf) -> i32 {
     .run()
 }
 
-fn spawn_worker(exe: &std::path::Path, devices: u32, tx: Sender<Event>) -> std::io::Result<Worker> {
+fn start_backend(serving: &Serving, devices: u32, tx: Sender<Event>) -> std::io::Result<Arc<dyn Backend>> {
+    match serving {
+        Serving::Worker(exe) => Ok(Arc::new(spawn_worker(exe, devices, tx)?)),
+        Serving::InProcess => {
+            let output = move |is_err, b: &[u8]| drop(tx.send(Event::Output(is_err, b.to_vec())));
+            Ok(Arc::new(InProcess::start(&omp_plugin_host::HostPlugin, devices, output)?))
+        }
+    }
+}
+
+fn spawn_worker(exe: &Path, devices: u32, tx: Sender<Event>) -> std::io::Result<Worker> {
     let mut cmd = Command::new(exe);
     cmd.args(["--worker", &devices.to_string(), &std::process::id().to_string()]);
     // Worker::spawn sets LIBOMPTARGET_MPI=0 (no MPI devices inside a worker).
@@ -233,6 +260,10 @@ impl Serve {
                         self.mpi.abort(1);
                     }
                 }
+            }
+            // Calls this thread completed itself (in process) are answered at once.
+            while let Ok(e) = self.events.try_recv() {
+                self.event(e);
             }
         }
     }

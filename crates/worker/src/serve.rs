@@ -44,7 +44,7 @@ pub fn main_around_launches(plugin: &dyn Plugin, devices: usize, parent: i32, ar
             return 1;
         }
     };
-    let capture = match Capture::start(out.clone()) {
+    let capture = match Capture::start(frames_to(out.clone())) {
         Ok(c) => c,
         Err(e) => {
             eprintln!("device worker: cannot capture its output: {e}");
@@ -293,6 +293,15 @@ fn len(v: u64) -> Result<usize, String> {
     usize::try_from(v).map_err(|_| format!("length {v} does not fit this machine"))
 }
 
+/// One request, handled as the worker handles it: `op` and `payload` as [`crate::Request::encode`]
+/// makes them, the reply's payload or the error's text as the worker would send it. For a
+/// process that serves requests itself (an MPI device rank's `--in-process` mode); a launch
+/// runs its kernel on the calling thread.
+pub fn execute(devs: &[Arc<dyn Device>], op: u8, payload: &[u8]) -> Result<Vec<u8>, String> {
+    let result = if op == wire::OP_LAUNCH { launch(devs, payload) } else { handle(devs, op, payload) };
+    result.map_err(|e| e.to_string())
+}
+
 fn handle(devs: &[Arc<dyn Device>], op: u8, payload: &[u8]) -> Result<Vec<u8>, Box<dyn std::error::Error>> {
     let mut d = Dec(payload);
     Ok(match op {
@@ -435,7 +444,7 @@ extern "C" fn drain_at_exit() {
     // SAFETY: fflush(NULL) flushes every open output stream; it takes no pointer of ours.
     unsafe { libc::fflush(std::ptr::null_mut()) };
     if let Some(c) = CAPTURE.get() {
-        let _ = std::panic::catch_unwind(|| c.drain());
+        let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| c.drain()));
     }
 }
 
@@ -468,16 +477,27 @@ fn private_stdout() -> std::io::Result<File> {
     Ok(unsafe { File::from_raw_fd(fd) })
 }
 
-/// The worker's fd 1 and fd 2, captured: pipes whose read ends are drained into output frames
-/// by a thread of their own, and by each reply before it is sent.
-struct Capture {
+/// Where captured output goes: its tag ([`wire::OUT_STDOUT`] or [`wire::OUT_STDERR`]) and
+/// bytes; an error means nobody takes it any more (the process then ends at once).
+pub type OutputSink = Box<dyn Fn(u8, &[u8]) -> std::io::Result<()> + Send + Sync>;
+
+/// The worker's output: frames on its reply pipe.
+fn frames_to(out: Out) -> OutputSink {
+    Box::new(move |tag, bytes| wire::write_frame(&mut *out.lock(), 0, tag, &[bytes]))
+}
+
+/// The process's fd 1 and fd 2, captured: pipes whose read ends are drained into a sink (the
+/// worker's: output frames) by a thread of their own, and by each reply before it is sent.
+pub struct Capture {
     /// Non-blocking read ends with their frame tags; the lock keeps chunks in order.
     ends: Mutex<[(File, u8); 2]>,
-    out: Out,
+    sink: OutputSink,
 }
 
 impl Capture {
-    fn start(out: Out) -> std::io::Result<Arc<Capture>> {
+    /// Replaces fd 1 and fd 2 with pipes and starts the thread that forwards what arrives
+    /// there while no reply is due.
+    pub fn start(sink: OutputSink) -> std::io::Result<Arc<Capture>> {
         let mut ends = Vec::new();
         for (fd, tag) in [(1, wire::OUT_STDOUT), (2, wire::OUT_STDERR)] {
             let mut p = [0i32; 2];
@@ -501,7 +521,7 @@ impl Capture {
             ends.push((r, tag));
         }
         let [a, b]: [(File, u8); 2] = ends.try_into().map_err(|_| std::io::Error::other("two pipes"))?;
-        let c = Arc::new(Capture { ends: Mutex::new([a, b]), out });
+        let c = Arc::new(Capture { ends: Mutex::new([a, b]), sink });
         let t = c.clone();
         std::thread::Builder::new().name("output".into()).spawn(move || t.forward())?;
         Ok(c)
@@ -522,8 +542,8 @@ impl Capture {
         }
     }
 
-    /// Sends everything the pipes hold now as output frames.
-    fn drain(&self) {
+    /// Sends everything the pipes hold now to the sink (call it after `fflush(NULL)`).
+    pub fn drain(&self) {
         use std::io::Read;
         let mut ends = self.ends.lock();
         // One system call when there is nothing (the common case before a reply).
@@ -538,8 +558,7 @@ impl Capture {
                 match r.read(&mut buf) {
                     Ok(0) => break,
                     Ok(n) => {
-                        let mut w = self.out.lock();
-                        if wire::write_frame(&mut *w, 0, *tag, &[&buf[..n]]).is_err() {
+                        if (self.sink)(*tag, &buf[..n]).is_err() {
                             // The parent is gone. (Not exit(): this may run in an exit handler.)
                             // SAFETY: _exit ends the process at once; nothing is left to flush.
                             unsafe { libc::_exit(0) };
