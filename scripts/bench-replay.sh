@@ -9,7 +9,9 @@
 #      (4 kernels over three STREAM_MIB-MiB arrays): the slowdown against not recording, and
 #      the bytes written per launch;
 #   3. omp-replay of one recorded kernel over a 64 MiB array (--repeat 11): the restore time (first, and
-#      best of the later ones) against a memcpy of 64 MiB (goal: <= 2x).
+#      best of the later ones) against a memcpy of 64 MiB (goal: <= 2x). The first restore reads
+#      .record_input into fresh pages (huge pages asked for, all faulted in by one call); the later
+#      ones copy from the bytes read into memory before the first run (not counted in any run).
 # Needs `make dist`. Usage: scripts/bench-replay.sh [launches] [runs]
 set -euo pipefail
 cd "$(dirname "$0")/.."

@@ -342,3 +342,55 @@ fn a_declare_target_global_set_by_the_host_is_restored() {
     let o = replay(&[desc.to_str().unwrap(), "--verify"]);
     assert_eq!(o.status.code(), Some(1), "{}\n{}", text(&o.stdout), text(&o.stderr));
 }
+
+/// The value of a record's one global, `scale` (a double).
+fn recorded_scale(desc: &Path) -> f64 {
+    let j = json(desc);
+    assert_eq!(j["GlobalVariables"][0]["Name"], "scale", "{j}");
+    assert_eq!(j["GlobalVariables"][0]["Size"], 8, "{j}");
+    let globals = std::fs::read(desc.with_extension("globals")).unwrap();
+    f64::from_le_bytes(globals.try_into().unwrap())
+}
+
+#[cfg_attr(omp_e2e, test)]
+fn the_record_of_a_failed_launch_holds_the_globals_as_the_failure_left_them() {
+    // replay/fault_global.c: the host sets `scale` (1 in the image) to 3, the kernel adds 1,
+    // prints it and fails in one of five ways. No LIBOMPTARGET_RECORD: the failure alone is
+    // recorded, after the worker died, so its globals are what the dying worker saved.
+    let exe = build(Llvm::V22, "replay/fault_global.c");
+    let cases = [
+        ("segv", "killed by signal 11 (SIGSEGV)", &[][..]),
+        ("segv", "killed by signal 11 (SIGSEGV)", &[("LIBOMPTARGET_CHECK", "1")][..]),
+        ("fpe", "killed by signal 8 (SIGFPE)", &[][..]),
+        ("ill", "killed by signal 4 (SIGILL)", &[][..]),
+        ("abort", "killed by signal 6 (SIGABRT)", &[][..]),
+        ("exit", "exited with status 3", &[][..]),
+    ];
+    for (i, (how, ended, extra)) in cases.into_iter().enumerate() {
+        let tmp = exe.parent().unwrap().join(format!("tmp{i}"));
+        std::fs::create_dir_all(&tmp).unwrap();
+        let mut env = vec![("LIBOMPTARGET_ISOLATE", "1"), ("TMPDIR", tmp.to_str().unwrap())];
+        env.extend_from_slice(extra);
+        let o = Command::new(&exe).arg(how).env("LD_LIBRARY_PATH", dist_lib()).envs(env).output().unwrap();
+        let (out, err) = (text(&o.stdout), text(&o.stderr));
+        assert!(!o.status.success(), "{how} {extra:?}: {out}\n{err}");
+        assert!(err.contains(&format!("ended: {ended}")), "{how} {extra:?}: {err}");
+        let desc = named_record(&err);
+        assert_eq!(json(&desc)["InputAfterFault"], true, "{how} {extra:?}");
+        // Not the image's 1, not the host's 3: the value the kernel left.
+        assert_eq!(recorded_scale(&desc), 4.0, "{how} {extra:?}");
+        if how != "segv" {
+            continue;
+        }
+        // The replay restores 4: its kernel prints 5, and faults the same way.
+        let o = replay(&[desc.to_str().unwrap()]);
+        let out = text(&o.stdout);
+        assert!(out.contains("kernel: scale=5"), "{extra:?}: {out}\n{}", text(&o.stderr));
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(o.status.signal(), Some(11), "{extra:?}: {out}\n{}", text(&o.stderr));
+        // Without it, the image's 1: the kernel prints 2.
+        std::fs::write(desc.with_extension("globals"), 1.0f64.to_le_bytes()).unwrap();
+        let o = replay(&[desc.to_str().unwrap()]);
+        assert!(text(&o.stdout).contains("kernel: scale=2"), "{extra:?}: {}", text(&o.stdout));
+    }
+}

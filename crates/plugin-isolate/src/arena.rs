@@ -139,6 +139,14 @@ impl Arena {
         self.heap.lock().alloc(size.max(1)).map(|off| self.base + off)
     }
 
+    /// Allocates `size` bytes of whole pages at the top of the arena, unguarded in check mode
+    /// (and so never opened for a kernel there): memory of the runtime's own, placed where
+    /// it moves no device allocation's address. Never freed. `None` when it does not fit.
+    pub fn alloc_at_top(&self, size: usize) -> Option<usize> {
+        let pages = size.max(1).checked_next_multiple_of(PAGE)?;
+        self.heap.lock().alloc_top(pages, PAGE).map(|off| self.base + off)
+    }
+
     /// Check mode: from now on allocations are guarded (call before the first one).
     pub fn enable_checks(&mut self) {
         self.check = Some(Mutex::new(Guards::default()));
@@ -433,6 +441,24 @@ impl Heap {
         Some(start)
     }
 
+    /// As [`Heap::alloc_aligned`], from the highest free block that fits, at its end.
+    fn alloc_top(&mut self, size: usize, align: usize) -> Option<usize> {
+        let need = size.checked_next_multiple_of(align)?;
+        let (off, len, start) = self.free.iter().rev().find_map(|(&off, &len)| {
+            let start = (off + len).checked_sub(need)? / align * align;
+            (start >= off).then_some((off, len, start))
+        })?;
+        self.free.remove(&off);
+        if start > off {
+            self.free.insert(off, start - off);
+        }
+        if start + need < off + len {
+            self.free.insert(start + need, off + len - start - need);
+        }
+        self.live.insert(start, need);
+        Some(start)
+    }
+
     fn free(&mut self, off: usize) -> Option<usize> {
         let len = self.live.remove(&off)?;
         let (mut start, mut end) = (off, off + len);
@@ -470,6 +496,10 @@ mod tests {
         assert_eq!(h.free.get(&4096), Some(&((1 << 20) - 4096)));
         assert!(h.alloc(1 << 20).is_none());
         assert!(h.alloc(usize::MAX - 10).is_none());
+        let top = h.alloc_top(5000, 4096).unwrap();
+        assert_eq!(top, (1 << 20) - 8192, "the last two pages");
+        assert_eq!(h.alloc(10), Some(4096), "the bottom stays where it was");
+        assert!(h.alloc_top(usize::MAX - 10, 4096).is_none());
     }
 
     #[test]

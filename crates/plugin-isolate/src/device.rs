@@ -127,7 +127,8 @@ impl Device for IsolateDevice {
     fn global(&self, image: ImageId, name: &CStr) -> Result<GlobalSymbol> {
         let g = self.global_request(image, name)?;
         if let Some(rec) = &self.shared.record {
-            rec.global_resolved(self.index, image.0, symbol_name(name)?, g.addr, g.size);
+            let r = self.shared.worker()?;
+            rec.global_resolved((self.index, image.0), (symbol_name(name)?, g.addr, g.size), r.arena.as_ref());
         }
         Ok(g)
     }

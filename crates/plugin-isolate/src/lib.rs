@@ -16,6 +16,7 @@ mod device;
 pub mod gpu_limits;
 mod record;
 mod record_desc;
+pub mod record_globals;
 pub mod signals;
 mod spawn;
 pub mod track;

@@ -9,9 +9,10 @@
 //! Whenever the isolated device is on, with or without `LIBOMPTARGET_RECORD`, the launch that
 //! fails (its worker dies: a fault, an abort, an exit) is recorded too, and its error names
 //! the record. Its memory is the arena as the fault left it (the arena is shared memory: it
-//! outlives the worker), unless the launch was chosen for recording anyway, whose memory was
-//! written before it ran. Nothing is copied before a launch for that: a launch costs one
-//! branch more, and only a failure pays.
+//! outlives the worker), and its globals are what the dying worker saved into the arena
+//! ([`crate::record_globals`]), unless the launch was chosen for recording anyway, whose
+//! memory and globals were written before it ran. Nothing is copied before a launch for
+//! that: a launch costs one branch more, and only a failure pays.
 //!
 //! All device memory of an isolated device is the arena, so the live allocations are every
 //! byte a launch can reach through device memory; replaying at the same addresses makes every
@@ -21,6 +22,7 @@
 
 use crate::arena::Arena;
 use crate::record_desc::{describe, file_name, Faulted, Launched};
+use crate::record_globals::FaultGlobals;
 use omp_plugin::{LaunchConfig, PluginError, Result};
 use omp_sync::Mutex;
 use std::collections::{BTreeMap, HashMap, HashSet};
@@ -85,6 +87,8 @@ struct RecordState {
     stopped: bool,
     /// A failed launch was recorded (the worker is gone: later launches fail the same way).
     failure_recorded: bool,
+    /// Where a dying worker saves the globals (for the record of the launch that failed).
+    fault_globals: FaultGlobals,
 }
 
 /// Reads `buf.len()` bytes of a device global at an address of the worker.
@@ -184,9 +188,17 @@ impl Recorder {
         self.state.lock().kernels.insert((device, kernel), (image, name.to_string()));
     }
 
-    pub(crate) fn global_resolved(&self, device: u32, image: usize, name: &str, addr: usize, size: usize) {
-        if size > 0 {
-            self.state.lock().globals.entry((device, image)).or_default().push((name.to_string(), addr, size));
+    /// A global the runtime resolved: recorded with a chosen launch of its image, and given
+    /// room in `arena` for a dying worker to save it (for the launch that fails).
+    pub(crate) fn global_resolved(&self, at: (u32, usize), g: (&str, usize, usize), arena: Option<&Arena>) {
+        let ((device, image), (name, addr, size)) = (at, g);
+        if size == 0 {
+            return;
+        }
+        let mut st = self.state.lock();
+        st.globals.entry((device, image)).or_default().push((name.to_string(), addr, size));
+        if let Some(arena) = arena {
+            st.fault_globals.add(arena, self.max_bytes, (device, image, name, addr, size));
         }
     }
 
@@ -228,7 +240,7 @@ impl Recorder {
         if let (Err(e), Ok(n)) = (&outcome, &input) {
             if e.is_lost() && !std::mem::replace(&mut self.state.lock().failure_recorded, true) {
                 let launched = Launched { device, args, config, arena };
-                return Err(self.finish_failure(&pending, &launched, e.clone(), Some(*n)));
+                return Err(self.finish_failure(&pending, &launched, e.clone(), None, Some(*n)));
             }
         }
         // A launch that failed otherwise leaves no output to verify against.
@@ -270,12 +282,19 @@ impl Recorder {
         if st.stopped || st.failure_recorded {
             return e;
         }
-        let Some((image, name)) = st.kernels.get(&(device, kernel)).cloned() else { return e };
-        let Some(image) = st.images.get(&(device, image)).cloned() else { return e };
+        let Some((image_id, name)) = st.kernels.get(&(device, kernel)).cloned() else { return e };
+        let Some(image) = st.images.get(&(device, image_id)).cloned() else { return e };
         st.failure_recorded = true;
         let allocations: Vec<(usize, usize)> = st.live.iter().map(|(&a, &s)| (a, s)).collect();
         let memory: u64 = allocations.iter().map(|&(_, s)| s as u64).sum();
-        let need = memory + image.len() as u64 + 4096 + 64 * allocations.len() as u64;
+        // The globals as the dying worker saved them (none when it could not).
+        let (globals, global_bytes) = st.fault_globals.saved(l.arena, device, image_id).unwrap_or_default();
+        let need = memory
+            + image.len() as u64
+            + 4096
+            + 64 * allocations.len() as u64
+            + global_bytes.len() as u64
+            + 128 * globals.len() as u64;
         if st.written.saturating_add(need) > self.max_bytes {
             drop(st);
             let why = format!(
@@ -293,21 +312,31 @@ impl Recorder {
             return e;
         }
         let key = (name.clone(), config.num_teams[0], config.thread_limit[0], config.with_dyn_ptr);
-        // The worker is gone, and its globals with it.
-        let pending = Pending { base: self.dir.join(file), name, key, allocations, image, globals: Vec::new() };
-        self.finish_failure(&pending, l, e, None)
+        let pending = Pending { base: self.dir.join(file), name, key, allocations, image, globals };
+        self.finish_failure(&pending, l, e, Some(global_bytes.as_slice()).filter(|b| !b.is_empty()), None)
     }
 
     /// Writes a failed launch's record (its memory first, unless `input` says it was written
-    /// before the launch) and returns `e` naming it; on a write error, `e` as it was and the
-    /// one warning.
-    fn finish_failure(&self, p: &Pending, l: &Launched, e: PluginError, input: Option<u64>) -> PluginError {
+    /// before the launch, and `globals`, the bytes the dying worker saved) and returns `e`
+    /// naming it; on a write error, `e` as it was and the one warning.
+    fn finish_failure(
+        &self,
+        p: &Pending,
+        l: &Launched,
+        e: PluginError,
+        globals: Option<&[u8]>,
+        input: Option<u64>,
+    ) -> PluginError {
         let fault = Faulted { reason: &e.reason, memory_before_launch: input.is_some() };
         let json = describe(p, l, Some(&fault));
         let written = match input {
             Some(n) => Ok(n),
             None => self.write_memory(p, "record_input", l.arena),
         }
+        .and_then(|n| match globals {
+            Some(bytes) => write_file(&p.base, "globals", bytes).map(|()| n + bytes.len() as u64),
+            None => Ok(n),
+        })
         .and_then(|n| write_file(&p.base, "image", &p.image).map(|()| n + p.image.len() as u64))
         .and_then(|n| write_file(&p.base, "json", json.as_bytes()).map(|()| n + json.len() as u64));
         match written {

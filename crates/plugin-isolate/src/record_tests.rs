@@ -277,9 +277,9 @@ fn a_chosen_launch_records_its_images_globals_before_it_runs() {
     let arena = Arena::create(1 << 24).unwrap();
     rec.image_loaded(0, 0, b"IMAGE");
     rec.kernel_resolved(0, 1, 0, "k");
-    rec.global_resolved(0, 0, "scale", 0x5000, 8);
-    rec.global_resolved(0, 0, "flag", 0x6000, 4);
-    rec.global_resolved(0, 0, "unsized", 0x7000, 0);
+    rec.global_resolved((0, 0), ("scale", 0x5000, 8), Some(&arena));
+    rec.global_resolved((0, 0), ("flag", 0x6000, 4), Some(&arena));
+    rec.global_resolved((0, 0), ("unsized", 0x7000, 0), Some(&arena));
     let worker_memory = |addr: usize, buf: &mut [u8]| {
         buf.fill((addr >> 12) as u8);
         Ok(())
@@ -290,6 +290,37 @@ fn a_chosen_launch_records_its_images_globals_before_it_runs() {
     assert!(json.contains("\"Globals\": \"k.globals\""), "{json}");
     assert!(json.contains("{ \"Name\": \"flag\", \"Addr\": \"0x6000\", \"Size\": 4, \"FileOffset\": 8 }"), "{json}");
     assert!(!json.contains("unsized"), "a global of unknown size is not recorded: {json}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_failed_launch_records_the_globals_its_dying_worker_saved() {
+    let dir = std::env::temp_dir().join(format!("omp-record-fault-globals-{}", std::process::id()));
+    let rec =
+        Recorder::from_vars(|k| (k == "LIBOMPTARGET_RECORD").then(|| dir.to_string_lossy().into_owned())).unwrap();
+    let arena = Arena::create(1 << 24).unwrap();
+    rec.image_loaded(0, 0, b"IMAGE");
+    rec.kernel_resolved(0, 1, 0, "k");
+    // This process plays the worker: its "globals" are these two values.
+    let scale = 4.0f64;
+    let flag = 7u32;
+    rec.global_resolved((0, 0), ("scale", &scale as *const f64 as usize, 8), Some(&arena));
+    rec.global_resolved((0, 0), ("flag", &flag as *const u32 as usize, 4), Some(&arena));
+    // Not chosen (another kernel's): only its failure records it, with what the worker saved.
+    let chosen_none = Recorder { kernels: Some(regex::Regex::new("^nothing$").unwrap()), ..rec };
+    let dying = || {
+        // SAFETY: the arena is mapped read-write in this process for the whole test.
+        unsafe { crate::record_globals::save_in_test(arena.base(), arena.size()) };
+        Err(lost())
+    };
+    let e =
+        chosen_none.around_launch((0, 1), &[], &LaunchConfig::default(), Some(&arena), &no_globals, dying).unwrap_err();
+    assert!(e.reason.ends_with("replay it with omp-replay"), "{e}");
+    let saved = std::fs::read(dir.join("k.globals")).unwrap();
+    assert_eq!(saved, [scale.to_le_bytes().as_slice(), flag.to_le_bytes().as_slice()].concat());
+    let json = std::fs::read_to_string(dir.join("k.json")).unwrap();
+    assert!(json.contains("\"InputAfterFault\": true"), "{json}");
+    assert!(json.contains("{ \"Name\": \"flag\", \"Addr\": \"0x"), "{json}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 

@@ -68,6 +68,9 @@ pub fn end_on_sent_signals() -> std::io::Result<()> {
 }
 
 extern "C" fn on_signal(sig: i32, info: *mut libc::siginfo_t, ctx: *mut libc::c_void) {
+    // Every way on ends the worker (the handler before this one, Rust's, ends it too): its
+    // globals go to the record of the launch that failed first.
+    crate::record_globals::save(sig as u64);
     // SAFETY: the kernel passes a valid siginfo_t to an SA_SIGINFO handler.
     if unsafe { sent_by_a_process(info) } {
         return die_of(sig);

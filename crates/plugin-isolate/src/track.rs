@@ -32,6 +32,10 @@ pub const WATCH_DROPPED: usize = 200;
 /// A kernel's stack overflowed: the size of its thread's stack (written by the worker, in
 /// every mode; see [`crate::signals`]).
 pub const STACK_OVERFLOW: usize = 208;
+/// Where the globals of a launch that fails are saved (set by the program; see
+/// [`crate::record_globals`]), and that the dying worker saved them (written by it).
+pub const GLOBALS_AREA: usize = 216;
+pub const GLOBALS_SAVED: usize = 224;
 
 /// [`FAULT_FLAGS`] bits.
 pub const FAULT_WRITE: u64 = 1;
@@ -141,6 +145,7 @@ extern "C" fn on_fault(sig: i32, info: *mut libc::siginfo_t, ctx: *mut libc::c_v
     // recorded (its `si_addr` holds the sender's pid).
     // SAFETY: the kernel passes a valid siginfo_t to an SA_SIGINFO handler.
     if unsafe { crate::signals::sent_by_a_process(info) } {
+        crate::record_globals::save(sig as u64);
         return crate::signals::die_of(sig);
     }
     // SAFETY: the kernel passes a valid siginfo_t and ucontext_t to an SA_SIGINFO handler.
@@ -204,6 +209,8 @@ extern "C" fn on_fault(sig: i32, info: *mut libc::siginfo_t, ctx: *mut libc::c_v
             }
         }
     }
+    // What follows ends the worker: its globals go to the record of the launch that failed.
+    crate::record_globals::save(sig as u64);
     // A stack overflow is no access to explain: its size is recorded, and it ends the worker.
     if crate::signals::record_stack_overflow(addr) {
         // SAFETY: signal() with SIG_DFL is async-signal-safe.

@@ -42,6 +42,9 @@ fn main() {
             // A kernel's stack overflow is said in the arena's header.
             // SAFETY: the arena was just mapped at `base`, for the worker's whole life.
             unsafe { omp_plugin_isolate::signals::record_overflows_in(base) };
+            // A kernel that fails leaves the image's globals in the arena, for its record.
+            // SAFETY: as above.
+            unsafe { omp_plugin_isolate::record_globals::save_on_faults_in(base, size) };
             if check {
                 // Check mode (LIBOMPTARGET_CHECK): guard pages and access tracking.
                 // SAFETY: the arena was just mapped at `base` by `map_in_worker`.
@@ -57,17 +60,17 @@ fn main() {
                 } else {
                     omp_plugin_isolate::track::around_launch
                 };
-                std::process::exit(omp_worker::serve::main_around_launches(
-                    &omp_plugin_host::HostPlugin,
-                    devices,
-                    parent,
-                    around,
-                ));
+                let status =
+                    omp_worker::serve::main_around_launches(&omp_plugin_host::HostPlugin, devices, parent, around);
+                omp_plugin_isolate::record_globals::ending_normally();
+                std::process::exit(status);
             }
         }
     }
     let around = omp_plugin_isolate::signals::around_launch;
-    std::process::exit(omp_worker::serve::main_around_launches(&omp_plugin_host::HostPlugin, devices, parent, around));
+    let status = omp_worker::serve::main_around_launches(&omp_plugin_host::HostPlugin, devices, parent, around);
+    omp_plugin_isolate::record_globals::ending_normally();
+    std::process::exit(status);
 }
 
 /// A launch in check mode with its stack and malloc use measured (inside the checker's
