@@ -6,10 +6,11 @@
 //! 1 KiB of stack per thread (`CU_LIMIT_STACK_SIZE`; `LIBOMPTARGET_STACK_SIZE` sets it) and
 //! an 8 MiB device `malloc` heap (`CU_LIMIT_MALLOC_HEAP_SIZE`, "the device heap has a
 //! default size of 8 megabytes" in the CUDA C++ Programming Guide; `LIBOMPTARGET_HEAP_SIZE`
-//! sets it).
+//! sets it). A call to a function that no GPU's device libraries provide
+//! ([`omp_gpu_libs::no_gpu_provides`]) does not link for a GPU at all.
 
 use super::*;
-use omp_plugin::GpuUse;
+use omp_plugin::{CallsUnseen, GpuUse};
 
 /// A GPU thread's stack by default, in bytes.
 pub(crate) const GPU_STACK: usize = 1 << 10;
@@ -26,6 +27,9 @@ pub(crate) const CPU_RUNTIME_STACK: usize = 7 << 10;
 /// Finding kinds, for saying each once per kernel.
 const STACK: u8 = 0;
 const HEAP: u8 = 1;
+const HOST_CALL: u8 = 2;
+/// Said once per program (its kernel name empty).
+const UNSEEN: u8 = 3;
 
 impl Checker {
     pub(crate) fn gpu(&self) -> bool {
@@ -44,9 +48,12 @@ impl Checker {
                 used.heap
             );
         }
+        if let Some(why) = used.calls_unseen {
+            self.calls_unseen(why);
+        }
         let over_stack = used.stack > GPU_STACK + CPU_RUNTIME_STACK;
         let over_heap = used.heap > GPU_HEAP;
-        if !over_stack && !over_heap {
+        if !over_stack && !over_heap && used.host_calls.is_empty() {
             return;
         }
         let (kernel, loc) = self.kernel_of(construct);
@@ -81,5 +88,40 @@ impl Checker {
                 ),
             );
         }
+        for (symbol, name) in &used.host_calls {
+            if said.len() < MAX_REPORTED && said.insert((format!("{kernel}\n{symbol}"), HOST_CALL)) {
+                report::finding(
+                    "GPU host call",
+                    format_args!(
+                        "kernel {kernel} at {at} called {}, a host function that no GPU's device libraries provide, so \
+                         the program does not link for a GPU (ompcc --gpu-check names the call and its chain); {}",
+                        name.as_deref().unwrap_or(symbol),
+                        omp_gpu_libs::what_to_do(symbol),
+                    ),
+                );
+            }
+        }
+    }
+
+    /// The device could not see which functions kernels called: said once.
+    fn calls_unseen(&self, why: CallsUnseen) {
+        if !self.gpu_said.lock().insert((String::new(), UNSEEN)) {
+            return;
+        }
+        let why = match why {
+            CallsUnseen::LinkedNow => {
+                "a device image was linked with -z now, so the loader bound its calls as it loaded it"
+            }
+            CallsUnseen::BoundAtLoad => {
+                "the loader bound a device image's calls as it loaded it (as it does when LD_BIND_NOW is set)"
+            }
+        };
+        report::finding(
+            "note",
+            format_args!(
+                "the GPU check cannot see which host functions kernels call: {why}; ompcc --gpu-check finds them when \
+                 the program is built"
+            ),
+        );
     }
 }
