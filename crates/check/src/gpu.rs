@@ -28,6 +28,7 @@ pub(crate) const CPU_RUNTIME_STACK: usize = 7 << 10;
 const STACK: u8 = 0;
 const HEAP: u8 = 1;
 const HOST_CALL: u8 = 2;
+const FLANG_RUNTIME: u8 = 4;
 /// Said once per program (its kernel name empty).
 const UNSEEN: u8 = 3;
 
@@ -53,7 +54,7 @@ impl Checker {
         }
         let over_stack = used.stack > GPU_STACK + CPU_RUNTIME_STACK;
         let over_heap = used.heap > GPU_HEAP;
-        if !over_stack && !over_heap && used.host_calls.is_empty() {
+        if !over_stack && !over_heap && used.host_calls.is_empty() && used.flang_runtime_calls.is_empty() {
             return;
         }
         let (kernel, loc) = self.kernel_of(construct);
@@ -100,6 +101,31 @@ impl Checker {
                     ),
                 );
             }
+        }
+        if !used.flang_runtime_calls.is_empty()
+            && said.len() < MAX_REPORTED
+            && said.insert((kernel.clone(), FLANG_RUNTIME))
+        {
+            let calls = &used.flang_runtime_calls;
+            let more = match calls.len() {
+                1..=3 => String::new(),
+                n => format!(" and {} more", n - 3),
+            };
+            const IO: &[&str] = &["open", "openat", "close", "read", "write", "isatty", "fstat", "lseek"];
+            let hint = omp_gpu_libs::what_to_do(if calls.iter().any(|c| IO.contains(&c.as_str())) {
+                "_FortranAio"
+            } else {
+                "_FortranA"
+            });
+            report::finding(
+                "GPU host call",
+                format_args!(
+                    "kernel {kernel} at {at} called flang's runtime, which no GPU's device libraries provide, so the \
+                     program does not link for a GPU (ompcc --gpu-check names the call and its chain); the runtime \
+                     called {}{more} here; {hint}",
+                    calls.iter().take(3).map(String::as_str).collect::<Vec<_>>().join(", "),
+                ),
+            );
         }
     }
 

@@ -17,6 +17,11 @@
 //! seen either, nor an image loaded from a file that is gone (the temporary file used where
 //! there is no `/proc`).
 //!
+//! An image that holds flang's runtime (ompcc links it into Fortran images) calls the C
+//! library from the runtime: its calls are said together, as the runtime's
+//! ([`FLANG_RUNTIME`]; a Fortran kernel calls C functions itself only through `bind(c)`
+//! interfaces, which are said that way too).
+//!
 //! The results go in the arena's header: [`HOST_CALLS`], the bytes of names (one a line:
 //! `SYMBOL`, or `SYMBOL\tNAME` with a C++ symbol's name) at [`HOST_CALL_NAMES`]. What does not
 //! fit is named by a later launch that calls it again.
@@ -52,7 +57,14 @@ struct Image {
     slots: Vec<Slot>,
     /// Why its calls cannot be seen (0: they can).
     unseen: u64,
+    /// It holds flang's runtime: its calls are said as the runtime's ([`FLANG_RUNTIME`]).
+    flang_runtime: bool,
 }
+
+/// The symbol a launch's calls from an image that holds flang's runtime are said under (one
+/// line: `_FortranA\tFUNCTION FUNCTION …`): a Fortran kernel calls host functions through
+/// the runtime (its I/O statements), which is linked into the image and calls the C library.
+pub const FLANG_RUNTIME: &str = "_FortranA";
 
 struct Watched {
     /// The loader's count of objects loaded and unloaded when the images were last listed.
@@ -82,11 +94,19 @@ pub fn after_launch() -> (Vec<(String, Option<String>)>, u64) {
     let watched = WATCHED.lock().unwrap_or_else(|e| e.into_inner());
     let unseen = watched.images.iter().map(|i| i.unseen).max().unwrap_or(0);
     let mut called: Vec<(String, Option<String>)> = Vec::new();
-    for symbol in bound_since(&watched) {
-        if !called.iter().any(|(s, _)| *s == symbol) {
+    let mut through_flang: Vec<String> = Vec::new();
+    for (symbol, flang) in bound_since(&watched) {
+        if flang {
+            if !through_flang.contains(&symbol) {
+                through_flang.push(symbol);
+            }
+        } else if !called.iter().any(|(s, _)| *s == symbol) {
             let name = symbol.starts_with("_Z").then(|| demangle(&symbol)).flatten();
             called.push((symbol, name));
         }
+    }
+    if !through_flang.is_empty() {
+        called.push((FLANG_RUNTIME.to_string(), Some(through_flang.join(" "))));
     }
     (called, unseen)
 }
@@ -143,8 +163,8 @@ pub unsafe fn read(base: usize) -> (Vec<(String, Option<String>)>, u64) {
 }
 
 /// The symbols of the watched slots bound since they were last looked at (each slot is
-/// unbound again).
-fn bound_since(watched: &Watched) -> Vec<String> {
+/// unbound again), each with whether its image holds flang's runtime.
+fn bound_since(watched: &Watched) -> Vec<(String, bool)> {
     let device_code = |addr: usize| watched.images.iter().any(|i| (i.span.0..i.span.1).contains(&addr));
     let mut bound = Vec::new();
     for image in watched.images.iter().filter(|i| i.unseen == 0) {
@@ -159,7 +179,7 @@ fn bound_since(watched: &Watched) -> Vec<String> {
                 continue;
             }
             word.store(slot.unbound as u64, Ordering::Relaxed);
-            bound.push(slot.symbol.clone());
+            bound.push((slot.symbol.clone(), image.flang_runtime));
         }
     }
     bound
@@ -207,7 +227,11 @@ fn refresh(watched: &mut Watched) {
     if found.loads == watched.loads {
         return;
     }
+    // After an unload, a new image may have the old one's path and address: all are read again.
     let mut old = std::mem::take(&mut watched.images);
+    if found.loads.1 != watched.loads.1 {
+        old.clear();
+    }
     for object in found.objects {
         let kept = old.iter().position(|i| i.name == object.name && i.bias == object.bias);
         match kept {
@@ -249,7 +273,8 @@ fn watch(object: Loaded) -> Option<Image> {
         _ if !lazy => UNSEEN_BOUND_AT_LOAD,
         _ => 0,
     };
-    Some(Image { name: object.name, bias: object.bias, span: object.span, slots, unseen })
+    let flang_runtime = plt.flang_runtime;
+    Some(Image { name: object.name, bias: object.bias, span: object.span, slots, unseen, flang_runtime })
 }
 
 /// The name of the C++ symbol `symbol`, shortened, by the C++ library's demangler where the

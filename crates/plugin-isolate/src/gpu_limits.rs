@@ -137,13 +137,17 @@ pub unsafe fn read(base: usize) -> omp_plugin::GpuUse {
     // SAFETY: the caller's promise.
     let word = |offset| unsafe { crate::track::header_word(base, offset) }.load(Ordering::Acquire) as usize;
     // SAFETY: the caller's promise.
-    let (host_calls, unseen) = unsafe { crate::gpu_calls::read(base) };
+    let (mut host_calls, unseen) = unsafe { crate::gpu_calls::read(base) };
+    let flang_runtime_calls = match host_calls.iter().position(|(s, _)| s == crate::gpu_calls::FLANG_RUNTIME) {
+        Some(i) => host_calls.remove(i).1.unwrap_or_default().split(' ').map(str::to_string).collect(),
+        None => Vec::new(),
+    };
     let calls_unseen = match unseen {
         0 => None,
         crate::gpu_calls::UNSEEN_LINKED_NOW => Some(omp_plugin::CallsUnseen::LinkedNow),
         _ => Some(omp_plugin::CallsUnseen::BoundAtLoad),
     };
-    omp_plugin::GpuUse { stack: word(STACK_USE), heap: word(HEAP_PEAK), host_calls, calls_unseen }
+    omp_plugin::GpuUse { stack: word(STACK_USE), heap: word(HEAP_PEAK), host_calls, flang_runtime_calls, calls_unseen }
 }
 
 /// A scope of kernel code begins on this thread (an implicit task, or the launch).

@@ -33,6 +33,9 @@ pub struct PltSlots {
     pub relro: Option<(u64, u64)>,
     /// The range the image's loadable segments span (before the load bias).
     pub span: (u64, u64),
+    /// The image holds flang's runtime (it names a `_FortranA*` function it does not import):
+    /// its calls to host functions may be the runtime's.
+    pub flang_runtime: bool,
 }
 
 const PT_LOAD: u32 = 1;
@@ -117,6 +120,7 @@ pub fn parse(bytes: &[u8]) -> Result<PltSlots, &'static str> {
     let flag = |tag, bit| tags.get(&tag).is_some_and(|v| v & bit != 0);
     let bind_now = tags.contains_key(&DT_BIND_NOW) || flag(DT_FLAGS, DF_BIND_NOW) || flag(DT_FLAGS_1, DF_1_NOW);
     let mut slots = Vec::new();
+    let mut strings: &[u8] = &[];
     if let (Some(&jmprel), Some(&size)) = (tags.get(&DT_JMPREL), tags.get(&DT_PLTRELSZ)) {
         if tags.get(&DT_PLTREL).is_some_and(|&k| k != DT_RELA) {
             return Err("PLT relocations without addends (REL), which x86_64 does not use");
@@ -124,7 +128,7 @@ pub fn parse(bytes: &[u8]) -> Result<PltSlots, &'static str> {
         let symtab = elf.offset(*tags.get(&DT_SYMTAB).ok_or(MALFORMED)?).ok_or(MALFORMED)?;
         let strtab = elf.offset(*tags.get(&DT_STRTAB).ok_or(MALFORMED)?).ok_or(MALFORMED)?;
         let strsz = *tags.get(&DT_STRSZ).ok_or(MALFORMED)? as usize;
-        let strings = bytes.get(strtab..strtab.checked_add(strsz).ok_or(MALFORMED)?).ok_or(MALFORMED)?;
+        strings = bytes.get(strtab..strtab.checked_add(strsz).ok_or(MALFORMED)?).ok_or(MALFORMED)?;
         let rela = elf.offset(jmprel).ok_or(MALFORMED)?;
         for r in (0..size / 24).map(|i| rela + i as usize * 24) {
             let (got, info) = (elf.u64(r).ok_or(MALFORMED)?, elf.u64(r + 8).ok_or(MALFORMED)?);
@@ -142,7 +146,10 @@ pub fn parse(bytes: &[u8]) -> Result<PltSlots, &'static str> {
             slots.push(Slot { got, unbound, symbol: String::from_utf8_lossy(name).into_owned() });
         }
     }
-    Ok(PltSlots { slots, bind_now, plt_got: tags.get(&DT_PLTGOT).copied(), relro, span })
+    let flang_runtime = strings
+        .split(|&b| b == 0)
+        .any(|name| name.starts_with(b"_FortranA") && !slots.iter().any(|s: &Slot| s.symbol.as_bytes() == name));
+    Ok(PltSlots { slots, bind_now, plt_got: tags.get(&DT_PLTGOT).copied(), relro, span, flang_runtime })
 }
 
 #[cfg(test)]
@@ -186,6 +193,7 @@ pub(crate) mod tests {
         assert_eq!(names(&lazy), ["fclose", "fopen"]);
         assert_eq!(names(&now), ["fclose", "fopen"]);
         assert!(!lazy.bind_now && now.bind_now);
+        assert!(!lazy.flang_runtime);
         assert!(lazy.plt_got.is_some());
         // An unbound slot leads back into the image.
         for s in &lazy.slots {

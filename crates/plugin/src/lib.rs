@@ -403,6 +403,9 @@ pub struct GpuUse {
     /// The functions it called that no GPU's device libraries provide: each symbol, and a
     /// C++ symbol's name.
     pub host_calls: Vec<(String, Option<String>)>,
+    /// The host functions flang's runtime, linked into the kernel's image, called for it
+    /// (its I/O statements): not provided on a GPU either.
+    pub flang_runtime_calls: Vec<String>,
     /// Why the device could not see all the functions it called (`None`: it could).
     pub calls_unseen: Option<CallsUnseen>,
 }
