@@ -223,7 +223,6 @@ fn a_fortran_kernels_io_statements_are_said_as_flangs_runtime() {
             "omptarget check: GPU host call: kernel __omp_offloading_",
             "_QQmain_l11 at gpu_host_call.f90:11 called flang's runtime, which no GPU's device libraries provide, so \
              the program does not link for a GPU (ompcc --gpu-check names the call and its chain); the runtime called ",
-            "open",
             " here; do the I/O on the host, after the target region",
         ],
     );
