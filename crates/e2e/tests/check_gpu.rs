@@ -1,8 +1,9 @@
 //! `LIBOMPTARGET_CHECK=gpu` (and `1`): what a kernel did on the isolated device that a GPU
 //! would refuse at run time (tests/programs/check/gpu_*): a 64 KiB array on a kernel's
 //! stack, 100 MiB from malloc in device code, each said once per kernel, naming the kernel,
-//! its place, the measured value, the GPU's default and what to do; and silence on kernels
-//! that would run on a GPU as they are. Needs `make dist`.
+//! its place, the measured value, the GPU's default and what to do; a call to a host function
+//! no GPU provides, on a branch taken at run time (C, C++, Fortran); and silence on kernels
+//! that would run on a GPU as they are, the e2e programs among them. Needs `make dist`.
 
 // Always compiled; run as tests once `make dist` has run, and always under CI (see build.rs).
 #![cfg_attr(not(omp_e2e), allow(dead_code))]
@@ -25,8 +26,12 @@ fn build(llvm: Llvm, rel: &str) -> PathBuf {
 }
 
 fn run(exe: &Path, args: &[&str], check: &str) -> Output {
+    run_env(exe, args, check, &[])
+}
+
+fn run_env(exe: &Path, args: &[&str], check: &str, env: &[(&str, &str)]) -> Output {
     let mut cmd = std::process::Command::new(exe);
-    cmd.args(args).env("LD_LIBRARY_PATH", dist_lib()).env("LIBOMPTARGET_CHECK", check);
+    cmd.args(args).env("LD_LIBRARY_PATH", dist_lib()).env("LIBOMPTARGET_CHECK", check).envs(env.iter().copied());
     let o = cmd.output().expect("run");
     assert!(o.status.success(), "{exe:?} {args:?}: {}", text(&o.stderr));
     o
@@ -128,4 +133,143 @@ fn a_fortran_kernels_large_local_array_is_said_and_a_small_one_is_not() {
     );
     let o = run(&exe, &["small"], "gpu");
     assert!(findings(&o).is_empty(), "{}", text(&o.stderr));
+}
+
+/// The `GPU host call` findings of a run: (kernel's place, function named), in order.
+fn host_calls(o: &Output) -> Vec<(String, String)> {
+    findings(o)
+        .iter()
+        .filter_map(|f| f.strip_prefix("omptarget check: GPU host call: kernel "))
+        .map(|f| {
+            let (place, rest) = f.split_once(" called ").expect("called");
+            let name = rest.split(", a host function that no GPU's device libraries provide").next().unwrap();
+            (place.split(" at ").nth(1).expect("at").to_string(), name.to_string())
+        })
+        .collect()
+}
+
+#[cfg_attr(omp_e2e, test)]
+fn a_host_function_called_on_a_branch_taken_is_named_once_per_kernel_and_function() {
+    for llvm in ALL {
+        let exe = build(llvm, "check/gpu_host_call.c");
+        for check in ["gpu", "1", "bugs"] {
+            let o = run(&exe, &["verbose"], check);
+            assert_eq!(text(&o.stdout), "sum=10.3748 logged=4\n");
+            let calls = host_calls(&o);
+            // Every finding is one; the kernel ran twice, each function is named once.
+            assert_eq!(calls.len(), findings(&o).len(), "{}", text(&o.stderr));
+            let mut names: Vec<&str> = calls.iter().map(|(_, n)| n.as_str()).collect();
+            names.sort();
+            let before = names.len();
+            names.dedup();
+            assert_eq!(names.len(), before, "named twice: {}", text(&o.stderr));
+            for want in ["fopen", "fclose", "strtok"] {
+                assert!(names.contains(&want), "{llvm:?} {check}: {want} not named:\n{}", text(&o.stderr));
+            }
+            assert!(calls.iter().all(|(at, _)| at.starts_with("gpu_host_call.c:14")), "{calls:?}");
+            let f = findings(&o);
+            let fopen = f.iter().find(|l| l.contains(" called fopen,")).unwrap();
+            assert!(
+                fopen.ends_with(
+                    "called fopen, a host function that no GPU's device libraries provide, so the program does not \
+                     link for a GPU (ompcc --gpu-check names the call and its chain); do the I/O on the host, after \
+                     the target region (printf works on the device)"
+                ),
+                "{fopen}"
+            );
+            assert!(f.iter().any(|l| l.contains("called strtok,") && l.ends_with("inside 'declare target'")));
+        }
+        // The branch not taken: the same kernel calls nothing a GPU lacks.
+        for check in ["gpu", "1"] {
+            let o = run(&exe, &[], check);
+            assert!(findings(&o).is_empty(), "{llvm:?} {check}: {}", text(&o.stderr));
+            assert_eq!(text(&o.stdout), "sum=10.3748 logged=0\n");
+        }
+        assert!(findings(&run(&exe, &["verbose"], "perf")).is_empty());
+    }
+}
+
+#[cfg_attr(omp_e2e, test)]
+fn a_cxx_kernels_std_string_is_named_and_the_hosts_iostream_is_not() {
+    for llvm in ALL {
+        let exe = build(llvm, "check/gpu_host_call.cpp");
+        let o = run(&exe, &["verbose"], "gpu");
+        assert_eq!(text(&o.stdout), "n=40\n");
+        let calls = host_calls(&o);
+        // std::string's own code in the C++ library (which calls operator new there), and
+        // operator delete.
+        assert!(calls.iter().any(|(_, n)| n.starts_with("std::string::")), "{llvm:?}: {}", text(&o.stderr));
+        assert!(calls.iter().any(|(_, n)| n == "operator delete"), "{llvm:?}: {}", text(&o.stderr));
+        assert!(calls.iter().all(|(at, _)| at.starts_with("gpu_host_call.cpp:10")), "{calls:?}");
+        assert!(findings(&o)
+            .iter()
+            .all(|f| f.ends_with("keep std:: types, streams and new/delete out of device code")));
+        let o = run(&exe, &[], "gpu");
+        assert!(findings(&o).is_empty(), "{llvm:?}: {}", text(&o.stderr));
+        assert_eq!(text(&o.stdout), "n=1\n");
+    }
+}
+
+#[cfg_attr(omp_e2e, test)]
+fn a_fortran_kernels_io_statements_are_said_as_flangs_runtime() {
+    let exe = build(Llvm::V22, "check/gpu_host_call.f90");
+    let o = run(&exe, &["verbose"], "gpu");
+    assert_eq!(text(&o.stdout).trim(), "s=  5.1874");
+    // flang's runtime is linked into the image: its calls to the C library are said as its,
+    // in one finding.
+    one_finding(
+        &o,
+        &[
+            "omptarget check: GPU host call: kernel __omp_offloading_",
+            "_QQmain_l11 at gpu_host_call.f90:11 called flang's runtime, which no GPU's device libraries provide, so \
+             the program does not link for a GPU (ompcc --gpu-check names the call and its chain); the runtime called ",
+            " here; do the I/O on the host, after the target region",
+        ],
+    );
+    let o = run(&exe, &[], "gpu");
+    assert!(findings(&o).is_empty(), "{}", text(&o.stderr));
+}
+
+#[cfg_attr(omp_e2e, test)]
+fn calls_bound_when_the_image_is_loaded_are_said_unseen_once_never_named() {
+    let exe = build(Llvm::V22, "check/gpu_host_call.c");
+    let o = run_env(&exe, &["verbose"], "gpu", &[("LD_BIND_NOW", "1")]);
+    assert_eq!(
+        findings(&o),
+        ["omptarget check: note: the GPU check cannot see which host functions kernels call: the loader bound a \
+             device image's calls as it loaded it (as it does when LD_BIND_NOW is set); ompcc --gpu-check finds them \
+             when the program is built"],
+        "{}",
+        text(&o.stderr)
+    );
+}
+
+#[cfg_attr(omp_e2e, test)]
+fn the_e2e_programs_call_nothing_a_gpu_lacks() {
+    let programs = [
+        "driver/saxpy.c",
+        "driver/gpu_kernels.c",
+        "runtime/data_regions.c",
+        "runtime/structs.c",
+        "runtime/declare_target.c",
+        "runtime/mapper.c",
+        "runtime/device_api.c",
+        "isolate/correct.c",
+        "check/gpu_silent.c",
+        "driver/vector_sum.cpp",
+        "driver/gpu_kernels.cpp",
+        "runtime/cpp_features.cpp",
+        "replay/scale.cpp",
+        "driver/gpu_kernels.f90",
+        "driver/doubles.f90",
+        "fortran/teams_distribute.f90",
+        "fortran/tdpd_reduction.f90",
+        "fortran/target_parallel_do.f90",
+        "fortran/api_queries.f90",
+    ];
+    for rel in programs {
+        let exe = build(Llvm::V22, rel);
+        let o = run_env(&exe, &[], "gpu", &[]);
+        assert!(host_calls(&o).is_empty(), "{rel}: {}", text(&o.stderr));
+    }
 }

@@ -26,6 +26,12 @@
 
 #![forbid(unsafe_code)]
 
+mod advice;
+mod cpu_calls;
+
+pub use advice::{short_cxx_name, what_to_do};
+pub use cpu_calls::no_gpu_provides;
+
 /// A GPU family, whose device libraries differ.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Family {

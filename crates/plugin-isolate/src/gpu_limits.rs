@@ -19,6 +19,9 @@
 //! block a scope's thread allocates or frees is counted, and the launch keeps the most that
 //! was live at once beyond what was live when it began. When the check is off, each call
 //! costs its entry's jump and one relaxed load and a branch.
+//!
+//! **Host calls** ([`crate::gpu_calls`]): around each launch, the device images' calls to
+//! functions no GPU provides that the loader bound during it.
 
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicIsize, AtomicUsize, Ordering};
@@ -100,11 +103,14 @@ pub fn measure_launch(run: &mut dyn FnMut()) {
     if base == 0 {
         return run();
     }
+    crate::gpu_calls::before_launch();
     let (stack, heap) = measured(run);
+    let (called, unseen) = crate::gpu_calls::after_launch();
     // SAFETY: `start_in_worker`'s promise: the header page stays mapped read-write.
     unsafe {
         crate::track::header_word(base, STACK_USE).store(stack as u64, Ordering::Relaxed);
         crate::track::header_word(base, HEAP_PEAK).store(heap.max(0) as u64, Ordering::Release);
+        crate::gpu_calls::write(base, &called, unseen);
     }
 }
 
@@ -130,7 +136,18 @@ fn measured(run: impl FnOnce()) -> (usize, isize) {
 pub unsafe fn read(base: usize) -> omp_plugin::GpuUse {
     // SAFETY: the caller's promise.
     let word = |offset| unsafe { crate::track::header_word(base, offset) }.load(Ordering::Acquire) as usize;
-    omp_plugin::GpuUse { stack: word(STACK_USE), heap: word(HEAP_PEAK) }
+    // SAFETY: the caller's promise.
+    let (mut host_calls, unseen) = unsafe { crate::gpu_calls::read(base) };
+    let flang_runtime_calls = match host_calls.iter().position(|(s, _)| s == crate::gpu_calls::FLANG_RUNTIME) {
+        Some(i) => host_calls.remove(i).1.unwrap_or_default().split(' ').map(str::to_string).collect(),
+        None => Vec::new(),
+    };
+    let calls_unseen = match unseen {
+        0 => None,
+        crate::gpu_calls::UNSEEN_LINKED_NOW => Some(omp_plugin::CallsUnseen::LinkedNow),
+        _ => Some(omp_plugin::CallsUnseen::BoundAtLoad),
+    };
+    omp_plugin::GpuUse { stack: word(STACK_USE), heap: word(HEAP_PEAK), host_calls, flang_runtime_calls, calls_unseen }
 }
 
 /// A scope of kernel code begins on this thread (an implicit task, or the launch).

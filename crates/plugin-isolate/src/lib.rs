@@ -13,7 +13,9 @@
 
 pub mod arena;
 mod device;
+mod gpu_calls;
 pub mod gpu_limits;
+mod plt_slots;
 mod record;
 mod record_desc;
 pub mod record_globals;

@@ -393,13 +393,30 @@ pub trait AccessTracking: Send + Sync {
 }
 
 /// What one kernel used of what a GPU limits ([`AccessTracking::gpu_use`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct GpuUse {
     /// The most stack one of its threads used, in bytes, from where the kernel's code (or
     /// one of its implicit tasks) began on that thread.
     pub stack: usize,
     /// The most bytes its threads' `malloc` held at once during the kernel.
     pub heap: usize,
+    /// The functions it called that no GPU's device libraries provide: each symbol, and a
+    /// C++ symbol's name.
+    pub host_calls: Vec<(String, Option<String>)>,
+    /// The host functions flang's runtime, linked into the kernel's image, called for it
+    /// (its I/O statements): not provided on a GPU either.
+    pub flang_runtime_calls: Vec<String>,
+    /// Why the device could not see all the functions it called (`None`: it could).
+    pub calls_unseen: Option<CallsUnseen>,
+}
+
+/// Why a device could not see which functions a kernel called ([`GpuUse::calls_unseen`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallsUnseen {
+    /// A device image was linked with `-z now`: the loader bound its calls when it loaded it.
+    LinkedNow,
+    /// The loader bound a device image's calls when it loaded it (`LD_BIND_NOW`).
+    BoundAtLoad,
 }
 
 /// Forwards every method of the trait to `**self` (one list, used by each blanket impl).

@@ -177,7 +177,7 @@ fn missing(cx: &Cx, elsewhere: &HashSet<String>, family: Family, target: &str, o
     for (e, first, lib, count) in groups {
         out.push(|| {
             let (at, chain) = (cx.reached_at(e), cx.chain(e));
-            let hint = hint(g.nodes[first].sym);
+            let hint = omp_gpu_libs::what_to_do(g.nodes[first].sym);
             let name = &g.nodes[e].name;
             match lib {
                 None => format!("{at}: '{name}' is not available on {target}: {chain}; {hint}"),
@@ -239,28 +239,6 @@ impl<'c, 'a, 'u> Entries<'c, 'a, 'u> {
             memo[v] = Some(known);
         }
         known.unwrap_or(n)
-    }
-}
-
-/// What to do instead, by what the function is.
-fn hint(sym: &str) -> &'static str {
-    const IO: &[&str] = &[
-        "fopen", "fclose", "fprintf", "fputs", "fputc", "fwrite", "fread", "fflush", "fscanf", "fgets", "fgetc",
-        "puts", "putchar", "scanf", "sscanf", "getchar", "perror", "open", "close", "read", "write",
-    ];
-    const END: &[&str] = &["abort", "exit", "_Exit", "quick_exit", "_FortranAStopStatement", "_FortranAExit"];
-    if sym.starts_with("_FortranAio") {
-        "do the I/O on the host, after the target region"
-    } else if IO.contains(&sym) {
-        "do the I/O on the host, after the target region (printf works on the device)"
-    } else if END.contains(&sym) {
-        "a kernel cannot end the program: set a flag the host checks after the region (or __builtin_trap())"
-    } else if sym.starts_with("_FortranA") {
-        "flang's runtime is not built for the GPU: keep the statement or intrinsic that calls it out of device code"
-    } else if sym.starts_with("_Z") {
-        "keep std:: types, streams and new/delete out of device code"
-    } else {
-        "call it on the host, or give the device its own definition inside 'declare target'"
     }
 }
 

@@ -155,40 +155,7 @@ fn cxxfilt(clang: &Tool, input: &str) -> Option<Vec<String>> {
     out.status.success().then(|| String::from_utf8_lossy(&out.stdout).lines().map(str::to_string).collect())
 }
 
-/// `std::__cxx11::basic_string<char, std::char_traits<char>, std::allocator<char> >::size() const`
-/// → `std::string::size`: the library's long spellings shortened, the parameters left out.
-pub fn short_cxx_name(name: &str) -> String {
-    const SHORT: [(&str, &str); 4] = [
-        ("std::__cxx11::", "std::"),
-        ("std::basic_string<char, std::char_traits<char>, std::allocator<char> >", "std::string"),
-        ("std::basic_ostream<char, std::char_traits<char> >", "std::ostream"),
-        ("std::basic_istream<char, std::char_traits<char> >", "std::istream"),
-    ];
-    // LLVM 22's demangler closes templates with `>>`, LLVM 19's with `> >`.
-    let mut s = name.replace(">>", "> >").replace(">>", "> >");
-    for (long, short) in SHORT {
-        s = s.replace(long, short);
-    }
-    let trimmed = s.trim_end_matches(" const").trim_end();
-    if trimmed.ends_with(')') {
-        let mut depth = 0i32;
-        for (i, c) in trimmed.char_indices().rev() {
-            match c {
-                ')' => depth += 1,
-                '(' => {
-                    depth -= 1;
-                    if depth == 0 {
-                        // `operator()` keeps its own parentheses.
-                        let head = &trimmed[..i];
-                        return if head.ends_with("operator") || head.is_empty() { s } else { head.to_string() };
-                    }
-                }
-                _ => {}
-            }
-        }
-    }
-    s
-}
+pub use omp_gpu_libs::short_cxx_name;
 
 /// The check of the whole command: prints one `ompcc: warning:` line per finding, one per
 /// source the GPU compile refused, and a count. `elsewhere`: symbols objects on the command
