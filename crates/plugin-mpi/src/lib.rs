@@ -13,6 +13,7 @@
 //! launches and kernel output behave as they do there.
 
 mod device;
+pub mod direct;
 pub mod link;
 mod peer;
 pub mod proto;
