@@ -4,9 +4,9 @@
 
 use crate::link::{CopyFailure, Link, Place, Rank};
 use omp_plugin::{AllocKind, Device, GlobalSymbol, ImageId, KernelId, LaunchConfig, Peer, PluginError, Result};
+use omp_sync::Mutex;
 use omp_worker::{with_launch_request, CallError, Request, RequestPeer, Response};
 use std::ffi::CStr;
-use omp_sync::Mutex;
 use std::sync::Arc;
 
 pub struct MpiDevice {

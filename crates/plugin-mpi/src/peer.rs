@@ -8,9 +8,8 @@
 //! [`DEPTH`] pieces of a copy are being read, sent, received or written at once.
 //!
 //! When the copy's range lies in device memory this rank reaches itself (the arena shared
-//! with its worker, [`crate::direct`]), the worker is not asked: the receiver takes its
-//! pieces straight into that memory, the sender copies each into a buffer before it sends it
-//! (see `send_read` in serve/bulk.rs for why), [`DIRECT_DEPTH`] pieces in flight.
+//! with its worker, [`crate::direct`]), the worker is not asked: the pieces go straight from
+//! and into that memory, no buffer, no copier, [`DIRECT_DEPTH`] pieces in flight.
 //!
 //! Messages between two ranks with one tag arrive in the order they were sent, and a
 //! receive takes the first message that matches it. So, towards each other rank, only the
@@ -35,11 +34,29 @@ pub struct Key {
 
 /// Work for the copier thread.
 enum Job {
-    Read { key: Key, index: usize, device: u32, addr: u64, buf: Vec<u8>, len: usize },
-    Write { key: Key, index: usize, device: u32, addr: u64, buf: Vec<u8>, len: usize },
+    Read {
+        key: Key,
+        index: usize,
+        device: u32,
+        addr: u64,
+        buf: Vec<u8>,
+        len: usize,
+    },
+    Write {
+        key: Key,
+        index: usize,
+        device: u32,
+        addr: u64,
+        buf: Vec<u8>,
+        len: usize,
+    },
     /// `c`, through the worker; or, when both ranges are device memory of this process
     /// (`direct`: source, destination), one `memmove`.
-    Across { id: u64, c: CopyAcross, direct: Option<(DeviceRange, DeviceRange)> },
+    Across {
+        id: u64,
+        c: CopyAcross,
+        direct: Option<(DeviceRange, DeviceRange)>,
+    },
 }
 
 /// What the copier hands back to the MPI thread.
@@ -245,14 +262,20 @@ impl Peers {
                 if let Some(range) = t.direct {
                     let part = t.part(range, index);
                     if key.outgoing {
-                        // Sent from a buffer of this rank's, not from the arena: the receiver's
-                        // MPI reads it out of this process, at half speed from shared memory
-                        // (serve/bulk.rs, `send_read`).
-                        let mut buf = self.pool.pop().unwrap_or_else(|| vec![0u8; PIECE]);
+                        // Straight from the arena: the receiving rank's MPI reads it into its
+                        // own arena, which the kernel does at full speed (into a program's
+                        // private buffer it would not: serve/bulk.rs, `send_read`).
                         // SAFETY: the piece lies in a live allocation of the arena (checked when
-                        // the copy began), mapped for the rank's life; `buf` holds PIECE bytes.
-                        unsafe { std::ptr::copy_nonoverlapping(part.ptr as *const u8, buf.as_mut_ptr(), part.len) };
-                        t.send_piece(mpi, index, buf);
+                        // the copy began), mapped for the rank's life; the program does not
+                        // free it before this copy is answered.
+                        match unsafe { mpi.isend(part.ptr as *const u8, part.len, key.other, TAG_PEER) } {
+                            Ok(r) => t.moving.push((r, Vec::new(), index)),
+                            Err(e) => {
+                                // The receiver waits for this piece and cannot be told otherwise.
+                                eprintln!("offload-mpi-device: {e}");
+                                mpi.abort(1);
+                            }
+                        }
                         continue;
                     }
                     // SAFETY: the piece lies in a live allocation of the arena (checked when
@@ -314,7 +337,7 @@ fn how_it_ended(worker: &Worker, e: CallError) -> CallError {
 
 /// Keeps a piece buffer for the next pieces (a direct piece's empty one is dropped).
 fn recycle(pool: &mut Vec<Vec<u8>>, buf: Vec<u8>) {
-    if buf.len() == PIECE && pool.len() < DIRECT_DEPTH {
+    if buf.len() == PIECE && pool.len() < 2 * DEPTH {
         pool.push(buf);
     }
 }

@@ -65,10 +65,10 @@ impl Serve {
     /// first pieces travel while the next are gathered.
     ///
     /// The copy into `buf` is there because MPI's receiver on this node reads the bytes out of
-    /// this process (Open MPI's `process_vm_readv`), which the kernel does at about half speed
-    /// from shared memory (the arena) and at full speed from a buffer of the rank's own
-    /// (measured: docs/cluster.md, "Copies"). A write needs no such copy: the rank reads the
-    /// program's buffer and writes its own memory.
+    /// this process (Open MPI's `process_vm_readv`), which the kernel does at a third of the
+    /// speed from shared memory (the arena) into private memory (the program's buffer) as from
+    /// private memory (measured: docs/cluster.md, "Copies"). A write needs no such copy: the
+    /// rank reads the program's buffer into its own memory.
     pub(super) fn send_read(&mut self, id: u64, mut buf: Vec<u8>, len: usize, source: Option<DeviceRange>) {
         self.send(proto::message(id, wire::STATUS_OK, &[]));
         let base = buf.as_mut_ptr();
