@@ -33,6 +33,15 @@ const PAGE: usize = omp_plugin::TRACK_PAGE;
 /// Allocations of at least this size are page-aligned and their pages given back on free.
 const LARGE: usize = 64 << 10;
 
+/// An arena's size: this machine's memory, between 1 GiB and 1 TiB (address space only
+/// until used).
+pub fn machine_size() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let (pages, page) = unsafe { (libc::sysconf(libc::_SC_PHYS_PAGES), libc::sysconf(libc::_SC_PAGESIZE)) };
+    let ram = if pages > 0 && page > 0 { (pages as usize).saturating_mul(page as usize) } else { 0 };
+    ram.clamp(1 << 30, 1 << 40)
+}
+
 /// The program's side of the arena.
 pub struct Arena {
     base: usize,

@@ -100,7 +100,7 @@ pub(crate) fn start(
     cmd.env("LD_LIBRARY_PATH", worker_library_path());
     cmd.stderr(std::process::Stdio::inherit());
     // Device memory shared with the worker, as large as this machine's memory (sparse).
-    let mut arena = arena::Arena::create(arena_size()).ok();
+    let mut arena = arena::Arena::create(arena::machine_size()).ok();
     let arena_fd = arena.as_ref().map_or(-1, |a| a.fd());
     if let Some(a) = &mut arena {
         cmd.arg("--arena").arg(a.base().to_string()).arg(a.size().to_string());
@@ -245,15 +245,6 @@ fn write_all(fd: i32, mut bytes: &[u8]) {
         }
         bytes = &bytes[n as usize..];
     }
-}
-
-/// The arena's size: this machine's memory, between 1 GiB and 1 TiB (address space only
-/// until used).
-fn arena_size() -> usize {
-    // SAFETY: sysconf has no preconditions.
-    let (pages, page) = unsafe { (libc::sysconf(libc::_SC_PHYS_PAGES), libc::sysconf(libc::_SC_PAGESIZE)) };
-    let ram = if pages > 0 && page > 0 { (pages as usize).saturating_mul(page as usize) } else { 0 };
-    ram.clamp(1 << 30, 1 << 40)
 }
 
 /// Set once the worker has ended and was reaped.

@@ -4,6 +4,7 @@
 
 use crate::link::{CopyFailure, Link, Place, Rank};
 use omp_plugin::{AllocKind, Device, GlobalSymbol, ImageId, KernelId, LaunchConfig, Peer, PluginError, Result};
+use omp_sync::Mutex;
 use omp_worker::{with_launch_request, CallError, Request, RequestPeer, Response};
 use std::ffi::CStr;
 use std::sync::Arc;
@@ -160,5 +161,51 @@ impl Device for MpiDevice {
     /// The rank's memory is never the program's.
     fn is_accessible(&self, _ptr: usize, _size: usize) -> bool {
         false
+    }
+}
+
+/// Blocks of the program's memory given out as a device's host memory, as a GPU's pinned
+/// memory is the host's: the program reads and writes them, mappings copy them.
+#[derive(Default)]
+pub struct HostBlocks(Mutex<std::collections::HashSet<usize>>);
+
+impl HostBlocks {
+    /// A block of `size` bytes; 0 when there is none.
+    pub fn alloc(&self, size: usize) -> usize {
+        let ptr = omp_plugin::host_memory::malloc(size);
+        if ptr != 0 {
+            self.0.lock().insert(ptr);
+        }
+        ptr
+    }
+
+    /// Frees `ptr` when [`HostBlocks::alloc`] gave it out and it was not freed since; false
+    /// for any other address (the rank's memory).
+    pub fn free(&self, ptr: usize) -> bool {
+        if !self.0.lock().remove(&ptr) {
+            return false;
+        }
+        // SAFETY: `alloc` returned `ptr` from `host_memory::malloc`, and removing it from the
+        // set above makes this the only free of it.
+        unsafe { omp_plugin::host_memory::free(ptr) };
+        true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn host_blocks_are_the_programs_memory_and_freed_once() {
+        let blocks = HostBlocks::default();
+        let p = blocks.alloc(64);
+        assert_ne!(p, 0);
+        // SAFETY: `p` is a live block of 64 bytes of this process.
+        unsafe { std::ptr::write_bytes(p as *mut u8, 7, 64) };
+        assert!(!blocks.free(p + 8), "an address inside is not a block");
+        assert!(!blocks.free(0x1000), "a rank's address is not one");
+        assert!(blocks.free(p));
+        assert!(!blocks.free(p), "a second free goes to the rank (which refuses it)");
     }
 }

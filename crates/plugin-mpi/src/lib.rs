@@ -15,6 +15,7 @@
 
 mod backend;
 mod device;
+pub mod direct;
 pub mod link;
 mod peer;
 pub mod proto;

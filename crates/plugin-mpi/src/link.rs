@@ -4,6 +4,7 @@
 //! only due it backs off ([`Backoff`]), so a program waiting for a long kernel uses almost
 //! no CPU.
 
+use crate::device::HostBlocks;
 use crate::proto::{
     self, Backoff, CopyAcross, PeerCopy, HEAD, MAX_CHUNK, MAX_PEER_COPY, MAX_REPLY, OP_COPY_ACROSS, OP_PEER_RECV,
     OP_PEER_SEND, OP_SHUTDOWN, STATUS_LOST, TAG_REPLY,
@@ -139,34 +140,6 @@ pub struct Link {
     pub info: bool,
     /// Host memory handed out for MPI devices (`llvm_omp_target_alloc_host`).
     pub host_blocks: HostBlocks,
-}
-
-/// Blocks of the program's memory given out as a device's host memory, as a GPU's pinned
-/// memory is the host's: the program reads and writes them, mappings copy them.
-#[derive(Default)]
-pub struct HostBlocks(Mutex<std::collections::HashSet<usize>>);
-
-impl HostBlocks {
-    /// A block of `size` bytes; 0 when there is none.
-    pub fn alloc(&self, size: usize) -> usize {
-        let ptr = omp_plugin::host_memory::malloc(size);
-        if ptr != 0 {
-            self.0.lock().insert(ptr);
-        }
-        ptr
-    }
-
-    /// Frees `ptr` when [`HostBlocks::alloc`] gave it out and it was not freed since; false
-    /// for any other address (the rank's memory).
-    pub fn free(&self, ptr: usize) -> bool {
-        if !self.0.lock().remove(&ptr) {
-            return false;
-        }
-        // SAFETY: `alloc` returned `ptr` from `host_memory::malloc`, and removing it from the
-        // set above makes this the only free of it.
-        unsafe { omp_plugin::host_memory::free(ptr) };
-        true
-    }
 }
 
 impl Link {
@@ -317,6 +290,13 @@ struct Pending {
     data: Option<MpiRequest>,
 }
 
+/// A read's pieces being received straight into the caller's buffer, and the caller.
+struct Receiving {
+    pieces: Vec<MpiRequest>,
+    failure: Option<String>,
+    slot: Arc<Slot>,
+}
+
 /// The MPI thread's state.
 struct Progress {
     mpi: Mpi,
@@ -325,7 +305,7 @@ struct Progress {
     /// Sends in flight, with the buffer each reads (kept until it completes).
     sends: Vec<(MpiRequest, Vec<u8>)>,
     /// Reads' data receives in flight.
-    recvs: Vec<(MpiRequest, Arc<Slot>)>,
+    recvs: Vec<Receiving>,
     /// Ranks that can no longer be trusted or reached, and why.
     lost: HashMap<i32, String>,
     wait: Backoff,
@@ -453,16 +433,20 @@ impl Progress {
         let mpi = &self.mpi;
         self.sends.retain_mut(|(r, _)| !mpi.test(r).unwrap_or(true));
         let mut done = Vec::new();
-        self.recvs.retain_mut(|(r, slot)| match mpi.test(r) {
-            Ok(false) => true,
-            Ok(true) => {
-                done.push((slot.clone(), Ok(Response::Done)));
-                false
+        self.recvs.retain_mut(|r| {
+            // Every piece ends before the call does: MPI writes the caller's buffer until then.
+            r.pieces.retain_mut(|p| match mpi.test(p) {
+                Ok(done) => !done,
+                Err(e) => {
+                    r.failure.get_or_insert(e);
+                    false
+                }
+            });
+            if !r.pieces.is_empty() {
+                return true;
             }
-            Err(e) => {
-                done.push((slot.clone(), Err(CallError::Failed(e))));
-                false
-            }
+            done.push((r.slot.clone(), r.failure.take().map_or(Ok(Response::Done), |e| Err(CallError::Failed(e)))));
+            false
         });
         for (slot, r) in done {
             self.wait.active();
@@ -512,12 +496,20 @@ impl Progress {
                 if status != wire::STATUS_OK {
                     Expect::Done
                 } else {
-                    // SAFETY: the caller of `Link::read` waits for this call with
-                    // `[ptr, ptr+len)` writable and unused until the receive completes.
-                    match unsafe { self.mpi.irecv(ptr as *mut u8, len, rank, proto::TAG_TO_PROGRAM) } {
-                        Ok(r) => return self.recvs.push((r, p.slot)),
-                        Err(e) => return p.slot.complete(Err(CallError::Failed(e))),
+                    let mut r = Receiving { pieces: Vec::new(), failure: None, slot: p.slot };
+                    for (at, n) in proto::pieces(len) {
+                        // SAFETY: the caller of `Link::read` waits for this call with
+                        // `[ptr, ptr+len)` writable and unused until every piece's receive
+                        // completed (`progress`).
+                        match unsafe { self.mpi.irecv((ptr + at) as *mut u8, n, rank, proto::TAG_TO_PROGRAM) } {
+                            Ok(req) => r.pieces.push(req),
+                            Err(e) => {
+                                r.failure = Some(e);
+                                break;
+                            }
+                        }
                     }
+                    return self.recvs.push(r);
                 }
             }
         };
@@ -579,23 +571,5 @@ fn write_all(fd: i32, mut b: &[u8]) {
             return;
         }
         b = &b[n as usize..];
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn host_blocks_are_the_programs_memory_and_freed_once() {
-        let blocks = HostBlocks::default();
-        let p = blocks.alloc(64);
-        assert_ne!(p, 0);
-        // SAFETY: `p` is a live block of 64 bytes of this process.
-        unsafe { std::ptr::write_bytes(p as *mut u8, 7, 64) };
-        assert!(!blocks.free(p + 8), "an address inside is not a block");
-        assert!(!blocks.free(0x1000), "a rank's address is not one");
-        assert!(blocks.free(p));
-        assert!(!blocks.free(p), "a second free goes to the rank (which refuses it)");
     }
 }

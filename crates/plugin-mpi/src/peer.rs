@@ -7,12 +7,17 @@
 //! MPI, which moves bytes only while the MPI thread calls it, keeps moving meanwhile: up to
 //! [`DEPTH`] pieces of a copy are being read, sent, received or written at once.
 //!
+//! When the copy's range lies in device memory this rank reaches itself (the arena shared
+//! with its worker, [`crate::direct`]), the worker is not asked: the pieces go straight from
+//! and into that memory, no buffer, no copier, [`DIRECT_DEPTH`] pieces in flight.
+//!
 //! Messages between two ranks with one tag arrive in the order they were sent, and a
 //! receive takes the first message that matches it. So, towards each other rank, only the
 //! oldest copy moves (others wait their turn); the program's requests reach both ranks in
 //! the same order, so both sides agree which copy each piece belongs to.
 
 use crate::backend::Backend;
+use crate::direct::DeviceRange;
 use crate::proto::{CopyAcross, PeerCopy, DEPTH, PIECE, TAG_PEER};
 use omp_mpi::{Mpi, Request as MpiRequest};
 use omp_worker::CallError;
@@ -30,9 +35,29 @@ pub struct Key {
 
 /// Work for the copier thread.
 enum Job {
-    Read { key: Key, index: usize, device: u32, addr: u64, buf: Vec<u8>, len: usize },
-    Write { key: Key, index: usize, device: u32, addr: u64, buf: Vec<u8>, len: usize },
-    Across { id: u64, c: CopyAcross },
+    Read {
+        key: Key,
+        index: usize,
+        device: u32,
+        addr: u64,
+        buf: Vec<u8>,
+        len: usize,
+    },
+    Write {
+        key: Key,
+        index: usize,
+        device: u32,
+        addr: u64,
+        buf: Vec<u8>,
+        len: usize,
+    },
+    /// `c`, through the worker; or, when both ranges are device memory of this process
+    /// (`direct`: source, destination), one `memmove`.
+    Across {
+        id: u64,
+        c: CopyAcross,
+        direct: Option<(DeviceRange, DeviceRange)>,
+    },
 }
 
 /// What the copier hands back to the MPI thread.
@@ -55,11 +80,22 @@ struct Transfer {
     /// The first failure; later pieces move no data (an outgoing copy sends empty pieces, an
     /// incoming one writes nothing) but still move, so both sides stay in step.
     failure: Option<CallError>,
-    /// MPI sends or receives in flight: the request, the buffer and the piece's index.
+    /// MPI sends or receives in flight: the request, the buffer (empty for a direct piece)
+    /// and the piece's index.
     moving: Vec<(MpiRequest, Vec<u8>, usize)>,
+    /// The copy's device memory in this process, which MPI moves the pieces from or into.
+    direct: Option<DeviceRange>,
 }
 
+/// Pieces of a direct copy in flight: they need no buffer.
+pub const DIRECT_DEPTH: usize = 16;
+
 impl Transfer {
+    /// Piece `index` of a direct copy's device memory.
+    fn part(&self, range: DeviceRange, index: usize) -> DeviceRange {
+        range.part(index * PIECE, self.copy.piece(index).1)
+    }
+
     fn fail(&mut self, e: CallError) {
         if self.failure.is_none() {
             self.failure = Some(e);
@@ -107,7 +143,14 @@ impl Peers {
                         let result = worker.write(device, addr, &buf[..len]).map_err(|e| how_it_ended(&worker, e));
                         Copied::Piece { key, index, buf, result }
                     }
-                    Job::Across { id, c } => {
+                    Job::Across { id, c: _, direct: Some((src, dst)) } => {
+                        // SAFETY: both ranges lie in live allocations of the arena (checked when
+                        // the request came), mapped read-write for the rank's life and holding no
+                        // Rust object; the program frees neither before this copy is answered.
+                        unsafe { std::ptr::copy(src.ptr as *const u8, dst.ptr as *mut u8, src.len.min(dst.len)) };
+                        Copied::Across { id, result: Ok(()) }
+                    }
+                    Job::Across { id, c, direct: None } => {
                         Copied::Across { id, result: across(&worker, c).map_err(|e| how_it_ended(&worker, e)) }
                     }
                 });
@@ -121,18 +164,21 @@ impl Peers {
         self.queues.values().any(|q| !q.is_empty())
     }
 
-    /// Request `id`: send (`outgoing`) or receive `copy`.
-    pub fn begin(&mut self, mpi: &Mpi, id: u64, outgoing: bool, copy: PeerCopy) {
+    /// Request `id`: send (`outgoing`) or receive `copy`; straight from or into `direct`, the
+    /// copy's device memory in this process, when the caller found it there.
+    pub fn begin(&mut self, mpi: &Mpi, id: u64, outgoing: bool, copy: PeerCopy, direct: Option<DeviceRange>) {
         let key = Key { outgoing, other: copy.other };
-        let t = Transfer { id, copy, begun: 0, at_copier: 0, done: 0, failure: None, moving: Vec::new() };
+        let direct = direct.filter(|r| r.len == copy.len);
+        let t = Transfer { id, copy, begun: 0, at_copier: 0, done: 0, failure: None, moving: Vec::new(), direct };
         self.queues.entry(key).or_default().push_back(t);
         self.pump(mpi, key);
     }
 
-    /// Request `id`: a copy between two devices of this rank (answered through [`Copied`]).
-    pub fn across(&mut self, id: u64, c: CopyAcross) {
+    /// Request `id`: a copy between two devices of this rank (answered through [`Copied`]);
+    /// `direct` when the caller found both ranges in this process's device memory.
+    pub fn across(&mut self, id: u64, c: CopyAcross, direct: Option<(DeviceRange, DeviceRange)>) {
         // The copier lives as long as the sender: this cannot fail.
-        let _ = self.copier.send(Job::Across { id, c });
+        let _ = self.copier.send(Job::Across { id, c, direct });
     }
 
     /// The copier finished piece `index` of the moving copy of `key`.
@@ -176,6 +222,8 @@ impl Peers {
                 let (addr, len) = t.copy.piece(index);
                 match got {
                     Ok(_) if key.outgoing => {}
+                    // Received into the device's memory: done.
+                    Ok(n) if n == len && t.direct.is_some() => {}
                     Ok(n) if n == len && t.failure.is_none() => {
                         t.at_copier += 1;
                         let _ = self.copier.send(Job::Write { key, index, device: t.copy.device, addr, buf, len });
@@ -203,7 +251,8 @@ impl Peers {
     fn pump(&mut self, mpi: &Mpi, key: Key) {
         let Some(q) = self.queues.get_mut(&key) else { return };
         while let Some(t) = q.front_mut() {
-            while t.begun < t.copy.pieces() && t.begun - t.done < DEPTH {
+            let depth = if t.direct.is_some() { DIRECT_DEPTH } else { DEPTH };
+            while t.begun < t.copy.pieces() && t.begun - t.done < depth {
                 let index = t.begun;
                 let (addr, len) = t.copy.piece(index);
                 if key.outgoing && t.failure.is_some() && t.at_copier > 0 {
@@ -211,6 +260,37 @@ impl Peers {
                     break;
                 }
                 t.begun += 1;
+                if let Some(range) = t.direct {
+                    let part = t.part(range, index);
+                    if key.outgoing {
+                        // Straight from the arena: the receiving rank's MPI reads it into its
+                        // own arena, which the kernel does at full speed (into a program's
+                        // private buffer it would not: serve/bulk.rs, `send_read`).
+                        // SAFETY: the piece lies in a live allocation of the arena (checked when
+                        // the copy began), mapped for the rank's life; the program does not
+                        // free it before this copy is answered.
+                        match unsafe { mpi.isend(part.ptr as *const u8, part.len, key.other, TAG_PEER) } {
+                            Ok(r) => t.moving.push((r, Vec::new(), index)),
+                            Err(e) => {
+                                // The receiver waits for this piece and cannot be told otherwise.
+                                eprintln!("offload-mpi-device: {e}");
+                                mpi.abort(1);
+                            }
+                        }
+                        continue;
+                    }
+                    // SAFETY: the piece lies in a live allocation of the arena (checked when
+                    // the copy began), mapped read-write for the rank's life; the program
+                    // does not use or free it before this copy is answered.
+                    match unsafe { mpi.irecv(part.ptr as *mut u8, part.len, key.other, TAG_PEER) } {
+                        Ok(r) => t.moving.push((r, Vec::new(), index)),
+                        Err(e) => {
+                            eprintln!("offload-mpi-device: {e}");
+                            mpi.abort(1);
+                        }
+                    }
+                    continue;
+                }
                 let mut buf = self.pool.pop().unwrap_or_else(|| vec![0u8; PIECE]);
                 if key.outgoing {
                     if t.failure.is_some() {
@@ -256,8 +336,9 @@ fn how_it_ended(worker: &Arc<dyn Backend>, e: CallError) -> CallError {
     }
 }
 
+/// Keeps a piece buffer for the next pieces (a direct piece's empty one is dropped).
 fn recycle(pool: &mut Vec<Vec<u8>>, buf: Vec<u8>) {
-    if pool.len() < 2 * DEPTH {
+    if buf.len() == PIECE && pool.len() < 2 * DEPTH {
         pool.push(buf);
     }
 }

@@ -10,8 +10,9 @@
 //!   following [`TAG_TO_DEVICE`] message; and [`OP_SHUTDOWN`] at the program's exit.
 //! - device rank → program, tag [`TAG_REPLY`]: `u64 id | u8 status | payload`, the worker's
 //!   replies (`omp_worker::decode` checks them), output frames (id 0, what kernels printed),
-//!   [`STATUS_LOST`] when the rank's worker ended; a read's bytes follow its OK reply in a
-//!   [`TAG_TO_PROGRAM`] message.
+//!   [`STATUS_LOST`] when the rank's worker ended; a read's bytes follow its OK reply in
+//!   [`PIECE`]-sized [`TAG_TO_PROGRAM`] messages ([`pieces`]), so that the rank can send the
+//!   first while it still gathers the next.
 //!
 //! - program → device rank, copies that skip the program (docs/cluster.md, "Rank to
 //!   rank"): [`OP_PEER_SEND`] to the rank that holds the source and [`OP_PEER_RECV`] to the
@@ -45,7 +46,7 @@ pub const OP_PEER_RECV: u8 = 0xf3;
 pub const OP_COPY_ACROSS: u8 = 0xf4;
 
 /// Bumped whenever a message's layout changes.
-pub const PROTOCOL: u32 = 2;
+pub const PROTOCOL: u32 = 3;
 
 /// Largest piece of a copy: one data message.
 pub const MAX_CHUNK: usize = omp_worker::wire::MAX_READ;
@@ -61,6 +62,12 @@ pub const MAX_REPLY: usize = (64 << 10) + 4096;
 pub const PIECE: usize = 2 << 20;
 /// Pieces of one copy in flight (being read, sent, received or written) on each side.
 pub const DEPTH: usize = 4;
+/// The pieces a read's `len` bytes come back in: (offset, length), each [`PIECE`] bytes but
+/// the last.
+pub fn pieces(len: usize) -> impl Iterator<Item = (usize, usize)> {
+    (0..len).step_by(PIECE).map(move |at| (at, PIECE.min(len - at)))
+}
+
 /// Largest copy one peer or across request moves (the program sends larger ones in parts).
 pub const MAX_PEER_COPY: usize = 1 << 30;
 
@@ -374,6 +381,14 @@ mod tests {
         assert!(CopyAcross::decode(&[a.encode(), vec![0]].concat()).is_err());
         let huge = CopyAcross { len: usize::MAX, ..a }.encode();
         assert!(CopyAcross::decode(&huge).is_err());
+    }
+
+    #[test]
+    fn a_read_comes_back_in_pieces() {
+        assert_eq!(pieces(0).count(), 0);
+        assert_eq!(pieces(5).collect::<Vec<_>>(), [(0, 5)]);
+        assert_eq!(pieces(2 * PIECE + 1).collect::<Vec<_>>(), [(0, PIECE), (PIECE, PIECE), (2 * PIECE, 1)]);
+        assert_eq!(pieces(MAX_CHUNK).map(|(_, n)| n).sum::<usize>(), MAX_CHUNK);
     }
 
     #[test]

@@ -10,19 +10,22 @@
 //! whose kernel runs for seconds, uses almost no CPU.
 
 use crate::backend::{Backend, InProcess};
+use crate::direct::DeviceMemory;
 use crate::peer::{Copied, Peers};
 use crate::proto::{
     self, Backoff, CopyAcross, Hello, PeerCopy, MAX_CHUNK, MAX_REQUEST, OP_COPY_ACROSS, OP_PEER_RECV, OP_PEER_SEND,
     OP_SHUTDOWN, PIECE, ROLE_DEVICE, ROLE_PROGRAM, STATUS_LOST,
 };
 use omp_mpi::{Mpi, Request as MpiRequest};
+use omp_plugin_isolate::arena::{self, Arena};
 use omp_worker::{wire, CallError, Request, Response, SpawnOptions, Worker};
-use std::path::Path;
 use std::path::PathBuf;
 use std::process::Command;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::sync::Arc;
 use std::time::Duration;
+
+mod bulk;
 
 /// How long a device rank waits for the program's rank to join at start-up.
 pub const JOIN_LIMIT: Duration = Duration::from_secs(60);
@@ -40,8 +43,9 @@ struct Incoming {
     id: u64,
     device: u32,
     addr: u64,
-    /// The bytes arrive in `buf[..len]`.
-    buf: Vec<u8>,
+    /// The bytes arrive in `buf[..len]`, then go to the worker; `None`: they arrive in the
+    /// device memory itself ([`DeviceMemory`]).
+    buf: Option<Vec<u8>>,
     len: usize,
 }
 
@@ -56,11 +60,16 @@ struct Serve {
     me: i32,
     device_ranks: Vec<i32>,
     worker: Arc<dyn Backend>,
+    /// The devices' memory, shared with the worker, which MPI reaches directly (`None`: the
+    /// worker could not map it and allocates device memory itself).
+    memory: Option<DeviceMemory>,
     /// Copies to and from other device ranks, and between devices of this one.
     peers: Peers,
     events: Receiver<Event>,
     tx: Sender<Event>,
     sends: Vec<(MpiRequest, Vec<u8>)>,
+    /// Reads' pieces being sent, and the buffer they are sent from.
+    reads: Vec<(Vec<MpiRequest>, Vec<u8>)>,
     writes: Vec<Incoming>,
     /// Copy buffers kept for the next copies: a fresh 64 MiB buffer costs its page faults
     /// at every copy.
@@ -141,11 +150,11 @@ pub fn main(devices: u32, serving: Serving) -> i32 {
         .map(|r| r as i32)
         .collect();
     let (tx, events) = mpsc::channel();
-    let started = start_backend(&serving, devices, tx.clone()).and_then(|w| {
+    let started = start_backend(&serving, devices, tx.clone()).and_then(|(w, memory)| {
         let copied = tx.clone();
-        Peers::start(w.clone(), move |c| drop(copied.send(Event::Copied(c)))).map(|p| (w, p))
+        Peers::start(w.clone(), move |c| drop(copied.send(Event::Copied(c)))).map(|p| (w, memory, p))
     });
-    let (worker, peers) = match started {
+    let (worker, memory, peers) = match started {
         Ok(w) => w,
         Err(e) => {
             match &serving {
@@ -165,11 +174,13 @@ pub fn main(devices: u32, serving: Serving) -> i32 {
         program,
         me: rank,
         device_ranks,
+        memory,
         worker,
         peers,
         events,
         tx,
         sends: Vec::new(),
+        reads: Vec::new(),
         writes: Vec::new(),
         pool: Vec::new(),
         wait: Backoff::new(),
@@ -178,22 +189,49 @@ pub fn main(devices: u32, serving: Serving) -> i32 {
     .run()
 }
 
-fn start_backend(serving: &Serving, devices: u32, tx: Sender<Event>) -> std::io::Result<Arc<dyn Backend>> {
+/// Starts what serves the devices, and the devices' memory MPI reaches directly (only a
+/// worker's shared arena: in process, copies go through the request handling).
+fn start_backend(
+    serving: &Serving,
+    devices: u32,
+    tx: Sender<Event>,
+) -> std::io::Result<(Arc<dyn Backend>, Option<DeviceMemory>)> {
     match serving {
-        Serving::Worker(exe) => Ok(Arc::new(spawn_worker(exe, devices, tx)?)),
+        Serving::Worker(exe) => {
+            let (worker, arena) = spawn_worker(exe, devices, tx)?;
+            let memory = bulk::shared_memory(&worker, arena, devices);
+            Ok((Arc::new(worker), memory))
+        }
         Serving::InProcess => {
             let output = move |is_err, b: &[u8]| drop(tx.send(Event::Output(is_err, b.to_vec())));
-            Ok(Arc::new(InProcess::start(&omp_plugin_host::HostPlugin, devices, output)?))
+            Ok((Arc::new(InProcess::start(&omp_plugin_host::HostPlugin, devices, output)?), None))
         }
     }
 }
 
-fn spawn_worker(exe: &Path, devices: u32, tx: Sender<Event>) -> std::io::Result<Worker> {
+/// Starts the worker, with the devices' memory arena when one can be made.
+fn spawn_worker(exe: &std::path::Path, devices: u32, tx: Sender<Event>) -> std::io::Result<(Worker, Option<Arena>)> {
     let mut cmd = Command::new(exe);
     cmd.args(["--worker", &devices.to_string(), &std::process::id().to_string()]);
+    let arena = Arena::create(arena::machine_size()).ok();
+    if let Some(a) = &arena {
+        cmd.arg("--arena").arg(a.base().to_string()).arg(a.size().to_string());
+        let fd = a.fd();
+        // SAFETY: runs in the forked child before exec and calls only dup2 (async-signal-safe)
+        // on a descriptor the arena keeps open until the spawn returns.
+        unsafe {
+            use std::os::unix::process::CommandExt;
+            cmd.pre_exec(move || {
+                if libc::dup2(fd, arena::ARENA_FD) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
     // Worker::spawn sets LIBOMPTARGET_MPI=0 (no MPI devices inside a worker).
     let out = tx.clone();
-    Worker::spawn(
+    let worker = Worker::spawn(
         cmd,
         SpawnOptions {
             direct_copies: true,
@@ -202,13 +240,15 @@ fn spawn_worker(exe: &Path, devices: u32, tx: Sender<Event>) -> std::io::Result<
             })),
             on_exit: None,
         },
-    )
+    )?;
+    Ok((worker, arena))
 }
 
 impl Serve {
     fn run(mut self) -> i32 {
         loop {
-            let event = if !self.sends.is_empty() || !self.writes.is_empty() || self.peers.moving() {
+            let busy = !self.sends.is_empty() || !self.reads.is_empty() || !self.writes.is_empty();
+            let event = if busy || self.peers.moving() {
                 std::thread::yield_now();
                 self.events.try_recv().ok()
             } else {
@@ -313,6 +353,9 @@ impl Serve {
             eprintln!("offload-mpi-device: a request of {} bytes", m.len());
             self.mpi.abort(1);
         };
+        if let Some(r) = self.memory_request(op, payload) {
+            return self.reply(id, r);
+        }
         match op {
             wire::OP_WRITE | wire::OP_READ => {
                 let (device, addr, len) = match proto::copy_request(payload) {
@@ -325,21 +368,18 @@ impl Serve {
                     }
                     Err(e) => return self.reply(id, Err(CallError::Failed(e))),
                 };
+                let direct = self.direct_range(device, addr, len);
+                if let (wire::OP_WRITE, Some(range)) = (op, direct) {
+                    return self.receive_direct(id, device, addr, range);
+                }
                 let mut buf = self.buffer(len);
                 if op == wire::OP_READ {
-                    return match self.worker.read_into(device, addr, &mut buf[..len]) {
-                        Ok(()) => {
-                            // A read's bytes follow its reply, in a message of their own.
-                            self.send(proto::message(id, wire::STATUS_OK, &[]));
-                            // SAFETY: `buf` is kept in `sends` until the send completes.
-                            match unsafe { self.mpi.isend(buf.as_ptr(), len, self.program, proto::TAG_TO_PROGRAM) } {
-                                Ok(req) => self.sends.push((req, buf)),
-                                Err(e) => {
-                                    eprintln!("offload-mpi-device: cannot answer the program: {e}");
-                                    self.mpi.abort(1);
-                                }
-                            }
-                        }
+                    let read = match direct {
+                        Some(_) => Ok(()),
+                        None => self.worker.read_into(device, addr, &mut buf[..len]),
+                    };
+                    return match read {
+                        Ok(()) => self.send_read(id, buf, len, direct),
                         Err(e) => {
                             self.recycle(buf);
                             self.reply(id, Err(e));
@@ -348,7 +388,7 @@ impl Serve {
                 }
                 // SAFETY: `buf` is kept in `writes` until the receive completes.
                 match unsafe { self.mpi.irecv(buf.as_mut_ptr(), len, self.program, proto::TAG_TO_DEVICE) } {
-                    Ok(req) => self.writes.push(Incoming { req, id, device, addr, buf, len }),
+                    Ok(req) => self.writes.push(Incoming { req, id, device, addr, buf: Some(buf), len }),
                     Err(e) => {
                         eprintln!("offload-mpi-device: {e}");
                         self.mpi.abort(1);
@@ -357,7 +397,8 @@ impl Serve {
             }
             OP_PEER_SEND | OP_PEER_RECV => match PeerCopy::decode(payload) {
                 Ok(c) if c.other != self.me && self.device_ranks.contains(&c.other) => {
-                    self.peers.begin(&self.mpi, id, op == OP_PEER_SEND, c)
+                    let direct = self.direct_range(c.device, c.addr, c.len);
+                    self.peers.begin(&self.mpi, id, op == OP_PEER_SEND, c, direct)
                 }
                 Ok(c) => {
                     self.reply(id, Err(CallError::Failed(format!("MPI rank {} is not another device rank", c.other))))
@@ -365,7 +406,11 @@ impl Serve {
                 Err(e) => self.reply(id, Err(CallError::Failed(e))),
             },
             OP_COPY_ACROSS => match CopyAcross::decode(payload) {
-                Ok(c) => self.peers.across(id, c),
+                Ok(c) => {
+                    let src = self.direct_range(c.from, c.src, c.len);
+                    let direct = src.zip(self.direct_range(c.to, c.dst, c.len));
+                    self.peers.across(id, c, direct)
+                }
                 Err(e) => self.reply(id, Err(CallError::Failed(e))),
             },
             _ => {
@@ -392,14 +437,20 @@ impl Serve {
             }
             let w = self.writes.swap_remove(i);
             self.wait.active();
-            let r = self.worker.write(w.device, w.addr, &w.buf[..w.len]).map(|_| Response::Done);
-            self.recycle(w.buf);
+            let Some(buf) = w.buf else {
+                // The bytes are in the device's memory already.
+                self.reply(w.id, Ok(Response::Done));
+                continue;
+            };
+            let r = self.worker.write(w.device, w.addr, &buf[..w.len]).map(|_| Response::Done);
+            self.recycle(buf);
             self.reply(w.id, r);
         }
     }
 
     /// Sends that completed give their buffers back.
     fn finish_sends(&mut self) {
+        self.finish_reads();
         let mut i = 0;
         while i < self.sends.len() {
             if self.mpi.test(&mut self.sends[i].0).unwrap_or(true) {
