@@ -1,9 +1,10 @@
 // Baselines for scripts/bench-isolate.sh: a bare request/reply round trip between two
 // processes over a pipe pair (the mechanism an isolated device's control uses: its floor),
 // measured twice: as is, and with the answering process's thread given the short time slice
-// the worker's serving threads take (crates/worker/src/slice.rs, LIBOMPTARGET_ISOLATE_SLICE_US,
-// default 100 us; 0 leaves it out); and memcpy bandwidth between two buffers of MiB mebibytes
-// (warm pages). `floor MiB round-trips`.
+// the worker's serving threads take when LIBOMPTARGET_ISOLATE_SLICE_US asks for one
+// (crates/worker/src/slice.rs; here 100 us when it is unset, 0 measures the plain one twice);
+// and memcpy bandwidth between two buffers of MiB mebibytes (warm pages).
+// `floor MiB round-trips`.
 #define _GNU_SOURCE
 #include <stdint.h>
 #include <stdio.h>

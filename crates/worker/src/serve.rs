@@ -204,8 +204,8 @@ fn serve(shared: &Arc<Shared>) -> i32 {
     }
 }
 
-/// Gives the calling thread, one that reads requests (and runs the kernels they launch), a
-/// short time slice, so that on a loaded CPU a request wakes it at once (`slice.rs`); the
+/// Gives the calling thread, one that reads requests (and runs the kernels they launch), the
+/// short time slice `LIBOMPTARGET_ISOLATE_SLICE_US` asks for, if it does (`slice.rs`); the
 /// kernel's own threads, which it starts, keep the default.
 fn answer_promptly() {
     if let Some(us) = slice::slice_from_env() {

@@ -9,15 +9,15 @@
 //! [`shorten_this_thread`] gives the calling thread such a slice. It leaves alone threads that
 //! are not normal (`SCHED_OTHER`: batch, idle, real-time), threads whose slice is already at
 //! most that, and kernels that do not report a slice (before 6.12: they would ignore it); a
-//! refusal (seccomp, a policy) is silent. The environment ([`SLICE_ENV`]) sets the slice or
-//! turns it off.
+//! refusal (seccomp, a policy) is silent. The environment ([`SLICE_ENV`]) asks for it; it is
+//! off unless asked for, because on the development VM it made a loaded launch slower, not
+//! faster (docs/isolate.md, "A short time slice").
 
 use std::sync::OnceLock;
 
-/// The environment variable that sets the slice, in microseconds (`0`: leave slices alone).
+/// The environment variable that asks for the slice, in microseconds (unset or `0`: leave
+/// slices alone).
 pub const SLICE_ENV: &str = "LIBOMPTARGET_ISOLATE_SLICE_US";
-/// The slice when [`SLICE_ENV`] is not set: the shortest the kernel takes.
-pub const DEFAULT_SLICE_US: u32 = LEAST_SLICE_US;
 /// The shortest slice the kernel takes (it raises shorter ones to this).
 pub const LEAST_SLICE_US: u32 = 100;
 /// The longest slice the kernel takes.
@@ -51,12 +51,11 @@ pub fn slice_from_env() -> Option<u32> {
     *SLICE.get_or_init(|| parse_slice_us(std::env::var(SLICE_ENV).ok().as_deref()))
 }
 
-/// A [`SLICE_ENV`] value: unset, empty or not a number is the default, `0` is off, others are
-/// held to what the kernel takes.
+/// A [`SLICE_ENV`] value: unset, empty, `0` or not a number is off; others are held to what
+/// the kernel takes.
 pub fn parse_slice_us(v: Option<&str>) -> Option<u32> {
-    match v.map(str::trim).filter(|v| !v.is_empty()).map(str::parse::<u64>) {
-        None | Some(Err(_)) => Some(DEFAULT_SLICE_US),
-        Some(Ok(0)) => None,
+    match v.map(str::trim).map(str::parse::<u64>) {
+        None | Some(Err(_)) | Some(Ok(0)) => None,
         Some(Ok(us)) => Some(us.clamp(u64::from(LEAST_SLICE_US), u64::from(MOST_SLICE_US)) as u32),
     }
 }
@@ -110,11 +109,12 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_environment_sets_the_slice_or_turns_it_off() {
-        assert_eq!(parse_slice_us(None), Some(DEFAULT_SLICE_US));
-        assert_eq!(parse_slice_us(Some("")), Some(DEFAULT_SLICE_US));
-        assert_eq!(parse_slice_us(Some("fast")), Some(DEFAULT_SLICE_US), "not a number: the default");
-        assert_eq!(parse_slice_us(Some("0")), None, "0 turns it off");
+    fn the_environment_asks_for_the_slice_and_it_is_off_otherwise() {
+        assert_eq!(parse_slice_us(None), None, "off unless asked for");
+        assert_eq!(parse_slice_us(Some("")), None);
+        assert_eq!(parse_slice_us(Some("fast")), None, "not a number: off");
+        assert_eq!(parse_slice_us(Some("0")), None);
+        assert_eq!(parse_slice_us(Some("100")), Some(100));
         assert_eq!(parse_slice_us(Some(" 250 ")), Some(250));
         assert_eq!(parse_slice_us(Some("20")), Some(LEAST_SLICE_US), "held to what the kernel takes");
         assert_eq!(parse_slice_us(Some("99999999999")), Some(MOST_SLICE_US));
