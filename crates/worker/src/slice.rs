@@ -10,8 +10,8 @@
 //! are not normal (`SCHED_OTHER`: batch, idle, real-time), threads whose slice is already at
 //! most that, and kernels that do not report a slice (before 6.12: they would ignore it); a
 //! refusal (seccomp, a policy) is silent. The environment ([`SLICE_ENV`]) asks for it; it is
-//! off unless asked for, because on the development VM it made a loaded launch slower, not
-//! faster (docs/isolate.md, "A short time slice").
+//! off unless asked for, because on the development VM it did not make a loaded launch faster
+//! (docs/isolate.md, "A short time slice for the worker").
 
 use std::sync::OnceLock;
 
