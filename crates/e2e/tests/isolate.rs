@@ -405,3 +405,45 @@ fn a_waiting_kernel_does_not_hold_up_other_launches() {
     let o = run_isolated(&exe, &[]);
     assert_eq!(text(&o.stdout), "waited=1 copied=10\n", "{}", text(&o.stderr));
 }
+
+/// `LIBOMPTARGET_ISOLATE_SLICE_US`: unset, the worker's threads keep the system's time slice;
+/// set, the thread that reads the launch (the kernel's first thread) has that slice and the
+/// threads the kernel starts keep the default (tests/programs/isolate/slice.c reads both from
+/// /proc/thread-self/sched).
+#[cfg_attr(omp_e2e, test)]
+fn the_worker_takes_a_short_time_slice_only_when_asked() {
+    let exe = build(Llvm::V22, "isolate/slice.c");
+    // (first, other) from the program's `first=<ns> other=<ns>` line.
+    let slices_of = |o: &Output| -> (i64, i64) {
+        assert!(o.status.success(), "{}", text(&o.stderr));
+        let out = text(&o.stdout);
+        let field = |k: &str| out.split_whitespace().find_map(|w| w.strip_prefix(k)?.parse::<i64>().ok());
+        (field("first=").unwrap_or_else(|| panic!("{out}")), field("other=").unwrap_or_else(|| panic!("{out}")))
+    };
+    let slices = |env: &[(&str, &str)]| slices_of(&run_isolated(&exe, env));
+    let (host_first, host_other) = slices_of(&run_with(&exe, &dist_lib(), &[]));
+    if !custom_slices() || host_first <= 250_000 {
+        omp_e2e::skip_without(
+            "the_worker_takes_a_short_time_slice_only_when_asked",
+            "the kernel takes no time slice for a normal thread (Linux 6.12+), or its own is that short",
+        );
+        return;
+    }
+    assert_eq!(slices(&[]), (host_first, host_other), "unset: as on the host device");
+    assert_eq!(slices(&[("LIBOMPTARGET_ISOLATE_SLICE_US", "0")]), (host_first, host_other));
+    assert_eq!(
+        slices(&[("LIBOMPTARGET_ISOLATE_SLICE_US", "250")]),
+        (250_000, host_other),
+        "the reading thread has the slice asked for, the kernel's other thread the default"
+    );
+}
+
+/// Whether this kernel reports (and so takes) a normal thread's time slice through
+/// `sched_getattr` (`sched_runtime`, Linux 6.12+).
+fn custom_slices() -> bool {
+    // struct sched_attr, SCHED_ATTR_SIZE_VER1 (56 bytes): sched_runtime is its fourth u64.
+    let mut attr = [0u64; 7];
+    // SAFETY: sched_getattr(0, attr, 56, 0) writes at most 56 bytes into `attr`, which has 56.
+    let r = unsafe { libc::syscall(libc::SYS_sched_getattr, 0, attr.as_mut_ptr(), 56u32, 0) };
+    r == 0 && attr[3] > 0
+}

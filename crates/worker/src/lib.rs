@@ -18,6 +18,7 @@
 
 pub mod client;
 pub mod serve;
+pub mod slice;
 pub mod spin;
 pub mod sys;
 pub mod wire;

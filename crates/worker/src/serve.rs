@@ -7,6 +7,7 @@
 //! it while another thread takes over reading, so a long kernel never holds up allocations
 //! or copies.
 
+use crate::slice;
 use crate::spin::SpinWait;
 use crate::wire::{self, Dec, Enc};
 use omp_plugin::{AllocKind, Device, ImageId, KernelId, LaunchConfig, Plugin};
@@ -157,6 +158,7 @@ struct Shared {
 }
 
 fn serve(shared: &Arc<Shared>) -> i32 {
+    answer_promptly();
     loop {
         let mut input = take_input(shared);
         let frame = loop {
@@ -202,6 +204,15 @@ fn serve(shared: &Arc<Shared>) -> i32 {
     }
 }
 
+/// Gives the calling thread, one that reads requests (and runs the kernels they launch), the
+/// short time slice `LIBOMPTARGET_ISOLATE_SLICE_US` asks for, if it does (`slice.rs`); the
+/// kernel's own threads, which it starts, keep the default.
+fn answer_promptly() {
+    if let Some(us) = slice::slice_from_env() {
+        slice::shorten_this_thread(us);
+    }
+}
+
 /// Takes the reader role. With a doorbell: at once if nobody reads (a thread back from a
 /// kernel goes on reading), else after the bell rings.
 fn take_input(shared: &Shared) -> omp_sync::MutexGuard<'_, BufReader<File>> {
@@ -243,6 +254,7 @@ fn hand_off(shared: &Arc<Shared>) {
     if waiting.load(Ordering::Acquire) == 0 {
         let next = shared.clone();
         let spawned = kernel_thread().spawn(move || {
+            answer_promptly();
             if let Some(bell) = &next.bell {
                 wait_for_bell(&next, bell);
             }
