@@ -13,6 +13,10 @@ use std::collections::HashSet;
 /// A unit's calls through pointers: in which function or region, at which place.
 type IndirectCalls = Vec<(Caller, Loc)>;
 
+/// A unit's frame sizes: of each function (as `Unit::funcs`) and each region's kernel (as
+/// `Unit::regions`); both empty when the unit was not sized.
+type UnitFrames = (Vec<Option<u64>>, Vec<Option<u64>>);
+
 /// Most lines printed; the rest are counted.
 pub const MAX_FINDINGS: usize = 100;
 
@@ -42,7 +46,7 @@ pub fn check(code: Vec<DeviceCode>, elsewhere: &HashSet<String>, family: Family,
     let mut units: Vec<Unit> = Vec::with_capacity(code.len());
     let mut calls: Vec<IndirectCalls> = Vec::with_capacity(code.len());
     let mut made_up: Vec<Vec<bool>> = Vec::with_capacity(code.len());
-    let mut sized: Vec<(Vec<Option<u64>>, Vec<Option<u64>>)> = Vec::with_capacity(code.len());
+    let mut sized: Vec<UnitFrames> = Vec::with_capacity(code.len());
     for c in code {
         if let Frames::Sized(f) = &c.frames {
             let funcs = c.unit.funcs.iter().map(|x| frames::frame_of(f, &x.sym)).collect();

@@ -58,8 +58,8 @@ impl Target {
 /// What the check got from one source.
 #[derive(Debug, Clone)]
 pub enum Source {
-    /// Its device code for the GPU.
-    Code(ir::DeviceCode),
+    /// Its device code for the GPU (boxed: it is large, and a source has one).
+    Code(Box<ir::DeviceCode>),
     /// The compiler could not build it for the GPU: why (one line).
     Failed(String),
 }
@@ -93,7 +93,7 @@ pub fn collect(
                 code.frames = frames::size(clang, target.family, &target.arch, ll, &text, ptxas);
                 drop(text);
                 name_cxx_functions(&mut code, clang);
-                return Source::Code(code);
+                return Source::Code(Box::new(code));
             }
             Err(why) => {
                 first_error.get_or_insert(why);
@@ -225,7 +225,7 @@ pub fn report(
                     )),
                     frames::Frames::Sized(_) | frames::Frames::NotAsked => {}
                 }
-                code.push(c);
+                code.push(*c);
             }
             Source::Failed(why) => crate::diag::warning(format!(
                 "--gpu-check: {name} could not be compiled for {} ({}), so it is not checked: {why}",
