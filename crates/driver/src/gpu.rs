@@ -77,7 +77,7 @@ pub fn rocm_device_libs(args: &Args) -> Result<Option<String>> {
 }
 
 /// The value of a GPU path option given on the command line, or of its environment variable.
-fn path_opt(args: &Args, name: &str, env: &str) -> Option<PathBuf> {
+pub(crate) fn path_opt(args: &Args, name: &str, env: &str) -> Option<PathBuf> {
     let from_args = args.gpu_opts.iter().rev().find_map(|o| o.strip_prefix(name)?.strip_prefix('=').map(PathBuf::from));
     from_args.or_else(|| {
         (!env.is_empty()).then(|| std::env::var_os(env)).flatten().filter(|v| !v.is_empty()).map(PathBuf::from)

@@ -350,7 +350,16 @@ impl Ctx<'_> {
                         }
                         (!self.runner.dry_run).then(|| {
                             let compiler = if fortran { Compiler::Flang } else { Compiler::Clang };
-                            crate::gpu_check::collect(&[c, own], &ll, name, compiler, &self.tc.clang)
+                            let ptxas = crate::gpu_check::frames::find_ptxas(self.args);
+                            crate::gpu_check::collect(
+                                &[c, own],
+                                &ll,
+                                name,
+                                compiler,
+                                &self.tc.clang,
+                                t,
+                                ptxas.as_deref(),
+                            )
                         })
                     }
                     Err(e) => Some(crate::gpu_check::Source::Failed(e.to_string())),

@@ -69,6 +69,20 @@ impl Family {
             Family::Amdgpu => "amdgcn",
         }
     }
+
+    /// The stack a GPU thread of an OpenMP kernel gets when `LIBOMPTARGET_STACK_SIZE` does not
+    /// set it, in bytes. NVIDIA: CUDA's default per-thread stack limit (`CU_LIMIT_STACK_SIZE`,
+    /// 1 KiB), which LLVM's CUDA plugin changes only when the variable is set. AMD: LLVM's AMD GPU
+    /// plugin gives a kernel the private segment its code object asks for, and a kernel whose
+    /// stack the back end could not bound (recursion, calls through pointers or into code it
+    /// did not see) its stack size, 16 KiB unless the variable sets it (ROCm's build of the
+    /// plugin: 1 KiB).
+    pub fn default_stack_size(self) -> u64 {
+        match self {
+            Family::Nvptx => 1024,
+            Family::Amdgpu => 16 * 1024,
+        }
+    }
 }
 
 /// How a table row matches a symbol.

@@ -3,6 +3,7 @@
 //! function pointers, and recursion. Each finding comes with the chain from the target region
 //! that first reaches it (one breadth-first search for all of them: linear in the graph).
 
+use super::frames::{self, Frames};
 use super::ir::{Caller, DeviceCode};
 use crate::declare_target::graph::{Graph, Loc, NodeKind, RefKind, Unit};
 use crate::declare_target::marking::{self, Marking, Policy, Via};
@@ -11,6 +12,10 @@ use std::collections::HashSet;
 
 /// A unit's calls through pointers: in which function or region, at which place.
 type IndirectCalls = Vec<(Caller, Loc)>;
+
+/// A unit's frame sizes: of each function (as `Unit::funcs`) and each region's kernel (as
+/// `Unit::regions`); both empty when the unit was not sized.
+type UnitFrames = (Vec<Option<u64>>, Vec<Option<u64>>);
 
 /// Most lines printed; the rest are counted.
 pub const MAX_FINDINGS: usize = 100;
@@ -21,11 +26,13 @@ pub const MAX_FINDINGS: usize = 100;
 pub struct Findings {
     pub lines: Vec<String>,
     pub total: usize,
+    /// What `-v` shows beside the findings (each target region's stack).
+    pub notes: Vec<String>,
 }
 
 impl Findings {
     /// Counts a finding; builds its text (a chain walk) only while it will be printed.
-    fn push(&mut self, text: impl FnOnce() -> String) {
+    pub(super) fn push(&mut self, text: impl FnOnce() -> String) {
         self.total += 1;
         if self.lines.len() < MAX_FINDINGS {
             self.lines.push(text());
@@ -39,7 +46,14 @@ pub fn check(code: Vec<DeviceCode>, elsewhere: &HashSet<String>, family: Family,
     let mut units: Vec<Unit> = Vec::with_capacity(code.len());
     let mut calls: Vec<IndirectCalls> = Vec::with_capacity(code.len());
     let mut made_up: Vec<Vec<bool>> = Vec::with_capacity(code.len());
+    let mut sized: Vec<UnitFrames> = Vec::with_capacity(code.len());
     for c in code {
+        if let Frames::Sized(f) = &c.frames {
+            let funcs = c.unit.funcs.iter().map(|x| frames::frame_of(f, &x.sym)).collect();
+            sized.push((funcs, c.kernels.iter().map(|k| frames::frame_of(f, k)).collect()));
+        } else {
+            sized.push((Vec::new(), Vec::new()));
+        }
         units.push(c.unit);
         calls.push(c.indirect);
         made_up.push(c.made_up);
@@ -58,13 +72,32 @@ pub fn check(code: Vec<DeviceCode>, elsewhere: &HashSet<String>, family: Family,
     missing(&cx, elsewhere, family, &target, &mut out);
     indirect(&cx, &calls, &target, &mut out);
     recursion(&cx, &mut out);
+    if sized.iter().any(|(f, k)| !f.is_empty() || !k.is_empty()) {
+        let mut own = vec![None; g.nodes.len()];
+        for (u, (funcs, kernels)) in sized.iter().enumerate() {
+            let nodes = g.unit_nodes[u].iter().zip(funcs).chain(g.unit_regions[u].iter().zip(kernels));
+            for (&n, &f) in nodes {
+                own[n] = own[n].max(f);
+            }
+        }
+        let mut through_pointer = vec![false; g.nodes.len()];
+        for (u, unit_calls) in calls.iter().enumerate() {
+            for (caller, _) in unit_calls {
+                through_pointer[match *caller {
+                    Caller::Func(i) => g.unit_nodes[u][i],
+                    Caller::Region(r) => g.unit_regions[u][r],
+                }] = true;
+            }
+        }
+        super::stack::check(&cx, &own, &through_pointer, family.default_stack_size(), &target, &mut out);
+    }
     out
 }
 
-struct Cx<'a, 'u> {
-    g: &'a Graph<'u>,
+pub(super) struct Cx<'a, 'u> {
+    pub(super) g: &'a Graph<'u>,
     m: &'a Marking<'u>,
-    hidden: &'a [bool],
+    pub(super) hidden: &'a [bool],
 }
 
 impl Cx<'_, '_> {
@@ -442,6 +475,40 @@ declare void @exit(i32)
         let elsewhere: HashSet<String> = ["fopen".to_string(), "abort".to_string()].into();
         let lines = check(code, &elsewhere, Family::Nvptx, "sm_90");
         assert!(!lines.lines.iter().any(|l| l.contains("not available")), "{lines:#?}");
+    }
+
+    #[test]
+    fn the_deepest_chain_of_frames_is_summed_and_compared_with_the_default() {
+        let ir = "define void @__omp_offloading_1_2_main_l5(ptr %0) !dbg !5 {\n  call void @a(), !dbg !6\n  call void @b(), !dbg !7\n}\n\
+                  define void @a() !dbg !8 {\n  call void @leaf(), !dbg !9\n}\n\
+                  define void @b() !dbg !10 {\n  ret void\n}\n\
+                  define void @leaf() !dbg !11 {\n  ret void\n}\n\
+                  !1 = !DIFile(filename: \"s.c\", directory: \"/tmp\")\n\
+                  !5 = distinct !DISubprogram(name: \"k\", scope: !1, file: !1, line: 5, unit: !0)\n\
+                  !6 = !DILocation(line: 6, column: 1, scope: !5)\n!7 = !DILocation(line: 7, column: 1, scope: !5)\n\
+                  !8 = distinct !DISubprogram(name: \"a\", scope: !1, file: !1, line: 1, unit: !0)\n\
+                  !9 = !DILocation(line: 2, column: 1, scope: !8)\n\
+                  !10 = distinct !DISubprogram(name: \"b\", scope: !1, file: !1, line: 3, unit: !0)\n\
+                  !11 = distinct !DISubprogram(name: \"leaf\", scope: !1, file: !1, line: 4, unit: !0)\n";
+        let sized = |frames: &[(&str, u64)]| {
+            let mut code = super::super::ir::parse("s.c", Compiler::Clang, ir);
+            code.frames = Frames::Sized(frames.iter().map(|&(s, n)| (s.to_string(), n)).collect());
+            check(vec![code], &HashSet::new(), Family::Nvptx, "sm_90")
+        };
+        // 16 + max(a 100 + leaf 2000, b 1000) = 2116: through a, to leaf, where the big frame is.
+        let f = sized(&[("__omp_offloading_1_2_main_l5", 16), ("a", 100), ("b", 1000), ("leaf", 2000)]);
+        assert_eq!(
+            f.notes,
+            ["--gpu-check: stack per thread on nvptx64 (sm_90): target region in main (s.c:5): 2116 bytes"]
+        );
+        assert_eq!(f.lines, ["s.c:4: the target region in main (s.c:5) needs 2116 bytes of stack per GPU thread on nvptx64 (sm_90), more than the 1024 bytes a thread gets by default: target region in main (s.c:5, 16 bytes) -> a (call at s.c:6, 100 bytes) -> leaf (call at s.c:2, 2000 bytes); run it with LIBOMPTARGET_STACK_SIZE=3072 or more, or give the large local variables of 'leaf' heap memory (malloc in the region) or mapped memory"]);
+        // At the limit: no finding, the note stays.
+        let f = sized(&[("__omp_offloading_1_2_main_l5", 24), ("b", 1000)]);
+        assert_eq!((f.lines.len(), f.notes.len()), (0, 1), "{f:#?}");
+        assert!(f.notes[0].ends_with(": 1024 bytes"), "{f:#?}");
+        // Not sized (no ptxas): no note, no finding.
+        let code = super::super::ir::parse("s.c", Compiler::Clang, ir);
+        assert_eq!(check(vec![code], &HashSet::new(), Family::Nvptx, "sm_90"), Findings::default());
     }
 
     #[test]

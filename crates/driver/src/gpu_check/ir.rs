@@ -20,6 +20,10 @@ pub struct DeviceCode {
     pub indirect: Vec<(Caller, Loc)>,
     /// Functions the compiler made (outlined regions, wrappers): left out of printed chains.
     pub made_up: Vec<bool>,
+    /// The kernel symbol of each of `unit.regions`.
+    pub kernels: Vec<String>,
+    /// The back end's frame sizes ([`super::frames`]), when asked for.
+    pub frames: super::frames::Frames,
 }
 
 /// Where a reference sits: a function of the unit or a target region.
@@ -212,6 +216,7 @@ fn build(file: &str, compiler: Compiler, raw: &[RawFunc], meta: &HashMap<&str, &
     let mut index: HashMap<&str, usize> = HashMap::with_capacity(raw.len());
     let mut region_of: HashMap<usize, usize> = HashMap::new();
     let mut made_up = Vec::new();
+    let mut kernels = Vec::new();
     for (i, f) in raw.iter().enumerate() {
         if let (true, Some((parent, line))) = (f.defined, kernel_parent(f.sym)) {
             let p = *index.entry(parent).or_insert_with(|| {
@@ -226,6 +231,7 @@ fn build(file: &str, compiler: Compiler, raw: &[RawFunc], meta: &HashMap<&str, &
             });
             let kfile = places.loc(f.dbg).map_or_else(|| file.to_string(), |l| l.file);
             unit.regions.push(Region { loc: Loc::new(kfile, line), parent: Some(p), refs: Vec::new() });
+            kernels.push(f.sym.to_string());
             region_of.insert(i, unit.regions.len() - 1);
             continue;
         }
@@ -271,7 +277,7 @@ fn build(file: &str, compiler: Compiler, raw: &[RawFunc], meta: &HashMap<&str, &
     }
     // Only functions are nodes; a global variable's `@name` found no function above.
     debug_assert!(unit.funcs.iter().all(|f| f.kind == SymKind::Function));
-    DeviceCode { unit, indirect, made_up }
+    DeviceCode { unit, indirect, made_up, kernels, frames: super::frames::Frames::NotAsked }
 }
 
 #[cfg(test)]

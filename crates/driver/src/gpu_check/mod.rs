@@ -13,7 +13,9 @@
 //! cannot handle is one warning line.
 
 pub mod findings;
+pub mod frames;
 pub mod ir;
+mod stack;
 
 use crate::bail;
 use crate::declare_target::graph::Compiler;
@@ -56,8 +58,8 @@ impl Target {
 /// What the check got from one source.
 #[derive(Debug, Clone)]
 pub enum Source {
-    /// Its device code for the GPU.
-    Code(ir::DeviceCode),
+    /// Its device code for the GPU (boxed: it is large, and a source has one).
+    Code(Box<ir::DeviceCode>),
     /// The compiler could not build it for the GPU: why (one line).
     Failed(String),
 }
@@ -68,8 +70,17 @@ pub enum Source {
 pub const IR_OPTIONS: [&str; 4] = ["-S", "-gline-tables-only", "-O0", "-w"];
 
 /// Runs the first of `cmds` (device compiles for the check, each writing `ll`) that succeeds
-/// and reads its IR; when none does, the first one's error.
-pub fn collect(cmds: &[Cmd], ll: &Path, file: &str, compiler: Compiler, clang: &Tool) -> Source {
+/// and reads its IR, and sizes its frames for `target` ([`frames`]; `ptxas`: where CUDA's
+/// assembler is, if anywhere); when no compile succeeds, the first one's error.
+pub fn collect(
+    cmds: &[Cmd],
+    ll: &Path,
+    file: &str,
+    compiler: Compiler,
+    clang: &Tool,
+    target: &Target,
+    ptxas: Option<&Path>,
+) -> Source {
     let mut first_error = None;
     for cmd in cmds {
         match compile(cmd) {
@@ -79,9 +90,10 @@ pub fn collect(cmds: &[Cmd], ll: &Path, file: &str, compiler: Compiler, clang: &
                     Err(e) => return Source::Failed(format!("cannot read {}: {e}", ll.display())),
                 };
                 let mut code = ir::parse(file, compiler, &text);
+                code.frames = frames::size(clang, target.family, &target.arch, ll, &text, ptxas);
                 drop(text);
                 name_cxx_functions(&mut code, clang);
-                return Source::Code(code);
+                return Source::Code(Box::new(code));
             }
             Err(why) => {
                 first_error.get_or_insert(why);
@@ -167,15 +179,34 @@ pub fn report(
     runner: crate::exec::Runner,
 ) {
     let mut code = Vec::with_capacity(sources.len());
+    let mut no_ptxas = false;
     for (name, s) in sources {
         match s {
-            Source::Code(c) => code.push(c),
+            Source::Code(c) => {
+                match &c.frames {
+                    frames::Frames::NoPtxas => no_ptxas = true,
+                    frames::Frames::Failed(why) => crate::diag::warning(format!(
+                        "--gpu-check: the stack frames of {name} were not sized for {} ({}): {why}",
+                        target.family.name(),
+                        target.arch
+                    )),
+                    frames::Frames::Sized(_) | frames::Frames::NotAsked => {}
+                }
+                code.push(*c);
+            }
             Source::Failed(why) => crate::diag::warning(format!(
                 "--gpu-check: {name} could not be compiled for {} ({}), so it is not checked: {why}",
                 target.family.name(),
                 target.arch
             )),
         }
+    }
+    if no_ptxas {
+        crate::diag::warning(format!(
+            "--gpu-check: stack frames are not sized for {} ({}): that needs ptxas, CUDA's assembler, which is not on PATH, in /usr/local/cuda or /usr/lib/cuda; point at a CUDA toolkit with --cuda-path=DIR or OMPCC_CUDA_PATH=DIR (scripts/setup-cuda.sh of a source checkout installs ptxas into .deps/ without CUDA)",
+            target.family.name(),
+            target.arch
+        ));
     }
     let functions: usize = code.iter().map(|c| c.unit.funcs.len()).sum();
     let units = code.len();
@@ -185,6 +216,9 @@ pub fn report(
         "--gpu-check: {functions} functions in {units} source(s), {:.3} ms (graph + search)",
         t.elapsed().as_secs_f64() * 1e3
     ));
+    for n in &found.notes {
+        runner.note(n);
+    }
     for l in &found.lines {
         crate::diag::warning(l);
     }
@@ -248,7 +282,8 @@ mod tests {
     fn a_failed_compile_is_one_line_and_no_panic() {
         let tool = Tool { path: "/nonexistent/clang".into(), major: 19 };
         let cmd = Cmd::new("/nonexistent/clang", "x");
-        match collect(&[cmd], Path::new("/nonexistent/x.ll"), "x.c", Compiler::Clang, &tool) {
+        let target = Target::parse(None).unwrap();
+        match collect(&[cmd], Path::new("/nonexistent/x.ll"), "x.c", Compiler::Clang, &tool, &target, None) {
             Source::Failed(why) => assert!(why.starts_with("cannot run '/nonexistent/clang'"), "{why}"),
             Source::Code(_) => panic!("no compiler ran"),
         }
