@@ -7,7 +7,7 @@
 // Always compiled; run as tests once `make dist` has run, and always under CI (see build.rs).
 #![cfg_attr(not(omp_e2e), allow(dead_code))]
 
-use omp_e2e::{program, repo_root, run_with, scratch, Llvm, ALL};
+use omp_e2e::{program, repo_root, scratch, Llvm, ALL};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
@@ -42,8 +42,14 @@ fn ompcc_lines(o: &Output, what: &str) -> Vec<String> {
     err.lines().filter(|l| l.starts_with("ompcc:")).map(str::to_string).collect()
 }
 
+/// Runs `exe` in `dir` (log_value.c writes `values.log` into the directory it runs in).
 fn run(dir: &Path, exe: &str) -> String {
-    let o = run_with(&dir.join(exe), &repo_root().join("dist/lib"), &[("OMP_TARGET_OFFLOAD", "MANDATORY")]);
+    let o = Command::new(dir.join(exe))
+        .current_dir(dir)
+        .env("LD_LIBRARY_PATH", repo_root().join("dist/lib"))
+        .env("OMP_TARGET_OFFLOAD", "MANDATORY")
+        .output()
+        .expect("run test program");
     assert!(o.status.success(), "{exe} failed: {}", String::from_utf8_lossy(&o.stderr));
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
