@@ -420,6 +420,30 @@ mod tests {
         w.stop();
     }
 
+    /// `send_and_look` completes each call with its reply: one answered at once (read on the
+    /// caller's thread or by the reader), and one answered long after the look gave up
+    /// (delivered by the background reader, with no further call to read it).
+    #[test]
+    fn send_and_look_delivers_prompt_and_late_replies() {
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c").arg(concat!(
+            r"head -c 25 >/dev/null; printf '\011\0\0\0\001\0\0\0\0\0\0\0\000'; ",
+            r"head -c 25 >/dev/null; sleep 0.3; printf '\011\0\0\0\002\0\0\0\0\0\0\0\000'; sleep 30",
+        ));
+        let w = Worker::spawn(cmd, SpawnOptions::default()).unwrap();
+        for _ in 0..2 {
+            let (tx, rx) = mpsc::channel();
+            w.send_and_look(
+                &Request::Free { device: 0, addr: 8 },
+                Box::new(move |r| {
+                    tx.send(r).unwrap();
+                }),
+            );
+            assert_eq!(rx.recv_timeout(std::time::Duration::from_secs(20)), Ok(Ok(Response::Done)));
+        }
+        w.stop();
+    }
+
     /// A worker that exits: pending and later calls fail, naming how it ended.
     #[test]
     fn a_dead_worker_fails_every_call() {
