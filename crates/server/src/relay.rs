@@ -1,9 +1,12 @@
 //! The server's side of a session's worker: an `omp-worker` client, bridged to async calls.
 //! Fork/exec, images and copies relayed through the pipe run on tokio's blocking threads;
 //! direct copies of a transfer's chunk (`process_vm_writev`/`readv`, well under a
-//! millisecond) and small requests run inline, the requests answered through a oneshot
-//! channel. A hop to a blocking thread per chunk costs two thread wake-ups, which on an idle
-//! machine took a third of a host-to-device transfer's time.
+//! millisecond) and small requests run inline. A hop to a blocking thread per chunk costs two
+//! thread wake-ups, which on an idle machine took a third of a host-to-device transfer's
+//! time. A small request's thread looks for the reply itself for a few microseconds
+//! ([`Worker::send_and_look`]): an empty kernel's reply then reaches the gRPC reply without
+//! waking the worker client's reader thread and then this task. Later replies come through a
+//! oneshot channel from that reader.
 
 use omp_worker::{CallError, Request, Response, SpawnOptions, Worker};
 use std::path::Path;
@@ -112,7 +115,7 @@ impl Relay {
             _ => 0,
         };
         if size <= INLINE_REQUEST {
-            self.worker.send(&req, done);
+            self.worker.send_and_look(&req, done);
         } else {
             // Only small requests come here today; a large one must not block this thread.
             return Err(CallError::Failed(format!("internal error: a {size}-byte request on an async thread")));

@@ -25,6 +25,7 @@ use std::io::BufReader;
 use std::process::{Command, Stdio};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::Instant;
 
 /// How the worker is started.
 #[derive(Default)]
@@ -97,6 +98,8 @@ pub struct Worker {
     next: AtomicU64,
     /// Copies go straight into the worker's memory until the system refuses that once.
     direct: AtomicBool,
+    /// How long [`Worker::send_and_look`] looks for its reply, learnt from its past calls.
+    look: Arc<SpinWait>,
 }
 
 impl Worker {
@@ -169,6 +172,7 @@ impl Worker {
             shared,
             next: AtomicU64::new(1),
             direct: AtomicBool::new(opts.direct_copies),
+            look: Arc::default(),
         })
     }
 
@@ -222,6 +226,34 @@ impl Worker {
         }
     }
 
+    /// Sends `req` as [`Worker::send`] does, then, when no other thread reads replies, reads
+    /// them here for as long as a look lasts ([`crate::spin`]) without blocking: the reply of
+    /// a short request then completes `done` on this thread, with no hand-off through the
+    /// background reader (for a caller that must not block, such as an async task). A later
+    /// reply completes `done` on the background reader, as after `send`.
+    pub fn send_and_look(&self, req: &Request, done: Done) {
+        let s = &self.shared;
+        let arrived = Arc::new(AtomicBool::new(false));
+        let gave_up_at = Arc::new(Mutex::new(None::<Instant>));
+        let (seen, since, look) = (arrived.clone(), gave_up_at.clone(), self.look.clone());
+        s.callers.fetch_add(1, Ordering::SeqCst);
+        self.send(
+            req,
+            Box::new(move |r| {
+                seen.store(true, Ordering::Release);
+                if let Some(at) = lock(&since).take() {
+                    // Teaches the look how late replies come after it gives up.
+                    look.blocked(at.elapsed());
+                }
+                done(r)
+            }),
+        );
+        if s.look_for(&self.look, &arrived) {
+            *lock(&gave_up_at) = Some(Instant::now());
+        }
+        self.leave_call();
+    }
+
     /// Sends `req` and waits for its reply, reading it on this thread when no other caller
     /// is reading.
     pub fn call(&self, req: &Request) -> Result<Response, CallError> {
@@ -231,12 +263,18 @@ impl Worker {
         s.callers.fetch_add(1, Ordering::SeqCst);
         self.send(req, Box::new(move |r| done.complete(r)));
         let r = s.wait(&slot);
+        self.leave_call();
+        r
+    }
+
+    /// A caller that read replies itself leaves.
+    fn leave_call(&self) {
+        let s = &self.shared;
         if s.callers.fetch_sub(1, Ordering::SeqCst) == 1 && !lock(&s.pending).is_empty() {
             // Replies to `send` are still due and no caller reads: the background reader must.
             let _g = lock(&s.idle);
             s.idle_signal.notify_one();
         }
-        r
     }
 
     /// Copies `data` to device address `addr`: straight into the worker's memory when the
@@ -379,6 +417,30 @@ mod tests {
         .unwrap();
         assert_eq!(w.call(&Request::Free { device: 0, addr: 8 }), Ok(Response::Done));
         assert_eq!(*lock(&seen), vec![(false, b"hi".to_vec()), (true, b"err".to_vec())]);
+        w.stop();
+    }
+
+    /// `send_and_look` completes each call with its reply: one answered at once (read on the
+    /// caller's thread or by the reader), and one answered long after the look gave up
+    /// (delivered by the background reader, with no further call to read it).
+    #[test]
+    fn send_and_look_delivers_prompt_and_late_replies() {
+        let mut cmd = Command::new("sh");
+        cmd.arg("-c").arg(concat!(
+            r"head -c 25 >/dev/null; printf '\011\0\0\0\001\0\0\0\0\0\0\0\000'; ",
+            r"head -c 25 >/dev/null; sleep 0.3; printf '\011\0\0\0\002\0\0\0\0\0\0\0\000'; sleep 30",
+        ));
+        let w = Worker::spawn(cmd, SpawnOptions::default()).unwrap();
+        for _ in 0..2 {
+            let (tx, rx) = mpsc::channel();
+            w.send_and_look(
+                &Request::Free { device: 0, addr: 8 },
+                Box::new(move |r| {
+                    tx.send(r).unwrap();
+                }),
+            );
+            assert_eq!(rx.recv_timeout(std::time::Duration::from_secs(20)), Ok(Ok(Response::Done)));
+        }
         w.stop();
     }
 

@@ -3,13 +3,13 @@
 //! worker's end (reaped, described, every pending call failed).
 
 use super::messages::{decode, CallError, Expect, Response};
-use crate::spin::SpinWait;
+use crate::spin::{Look, SpinWait};
 use crate::{sys, wire};
 use omp_sync::{Mutex, MutexGuard, Signal};
 use std::collections::HashMap;
 use std::io::BufReader;
 use std::process::{Child, ChildStdout};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// Completes one call.
@@ -243,6 +243,24 @@ impl Shared {
             // Passed the role (then already off the list) or completed by its holder.
             self.unregister(slot);
         }
+    }
+
+    /// Reads replies on this thread until `arrived` is set, never blocking: while whole
+    /// frames are buffered or one comes within a look of `spin`. Returns at once when another
+    /// thread holds the reader role; says whether it gave up with `arrived` still unset.
+    pub(super) fn look_for(&self, spin: &SpinWait, arrived: &AtomicBool) -> bool {
+        let Some(mut rx) = self.rx.try_lock() else { return true };
+        while !rx.ended && !arrived.load(Ordering::Acquire) {
+            if whole_frame(rx.r.buffer()) || spin.look(rx.fd) == Look::Ready {
+                self.read_one(&mut rx);
+            } else {
+                break;
+            }
+        }
+        self.read_buffered(&mut rx);
+        drop(rx);
+        self.pass_role();
+        !arrived.load(Ordering::Acquire)
     }
 
     /// The background reader: reads while no caller does (replies to [`Worker::send`], output
