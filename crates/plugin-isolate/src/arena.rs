@@ -439,6 +439,12 @@ impl Heap {
             let start = off.checked_next_multiple_of(align)?;
             (start.checked_add(need)? <= off + len).then_some((off, len, start))
         })?;
+        Some(self.take(off, len, start, need))
+    }
+
+    /// Gives out `need` bytes at `start` from the free block `off..off + len`, keeping what is
+    /// left of the block on either side free.
+    fn take(&mut self, off: usize, len: usize, start: usize, need: usize) -> usize {
         self.free.remove(&off);
         if start > off {
             self.free.insert(off, start - off);
@@ -447,7 +453,7 @@ impl Heap {
             self.free.insert(start + need, off + len - start - need);
         }
         self.live.insert(start, need);
-        Some(start)
+        start
     }
 
     /// As [`Heap::alloc_aligned`], from the highest free block that fits, at its end.
@@ -457,15 +463,7 @@ impl Heap {
             let start = (off + len).checked_sub(need)? / align * align;
             (start >= off).then_some((off, len, start))
         })?;
-        self.free.remove(&off);
-        if start > off {
-            self.free.insert(off, start - off);
-        }
-        if start + need < off + len {
-            self.free.insert(start + need, off + len - start - need);
-        }
-        self.live.insert(start, need);
-        Some(start)
+        Some(self.take(off, len, start, need))
     }
 
     fn free(&mut self, off: usize) -> Option<usize> {

@@ -262,29 +262,23 @@ impl Peers {
                 t.begun += 1;
                 if let Some(range) = t.direct {
                     let part = t.part(range, index);
-                    if key.outgoing {
-                        // Straight from the arena: the receiving rank's MPI reads it into its
-                        // own arena, which the kernel does at full speed (into a program's
-                        // private buffer it would not: serve/bulk.rs, `send_read`).
-                        // SAFETY: the piece lies in a live allocation of the arena (checked when
-                        // the copy began), mapped for the rank's life; the program does not
-                        // free it before this copy is answered.
-                        match unsafe { mpi.isend(part.ptr as *const u8, part.len, key.other, TAG_PEER) } {
-                            Ok(r) => t.moving.push((r, Vec::new(), index)),
-                            Err(e) => {
-                                // The receiver waits for this piece and cannot be told otherwise.
-                                eprintln!("offload-mpi-device: {e}");
-                                mpi.abort(1);
-                            }
-                        }
-                        continue;
-                    }
+                    // Straight from the arena when sending: the receiving rank's MPI reads it
+                    // into its own arena, which the kernel does at full speed (into a
+                    // program's private buffer it would not: serve/bulk.rs, `send_read`).
                     // SAFETY: the piece lies in a live allocation of the arena (checked when
                     // the copy began), mapped read-write for the rank's life; the program
                     // does not use or free it before this copy is answered.
-                    match unsafe { mpi.irecv(part.ptr as *mut u8, part.len, key.other, TAG_PEER) } {
+                    let started = unsafe {
+                        if key.outgoing {
+                            mpi.isend(part.ptr as *const u8, part.len, key.other, TAG_PEER)
+                        } else {
+                            mpi.irecv(part.ptr as *mut u8, part.len, key.other, TAG_PEER)
+                        }
+                    };
+                    match started {
                         Ok(r) => t.moving.push((r, Vec::new(), index)),
                         Err(e) => {
+                            // The other side waits for this piece and cannot be told otherwise.
                             eprintln!("offload-mpi-device: {e}");
                             mpi.abort(1);
                         }

@@ -117,13 +117,7 @@ impl Cx<'_, '_> {
                 Some((RefKind::Address, l)) => format!("{name} (address taken at {l})"),
             });
         }
-        if parts.len() > 8 {
-            let n = parts.len();
-            let tail = parts.split_off(n - 3);
-            parts.truncate(2);
-            return format!("{} -> … ({} more) -> {}", parts.join(" -> "), n - 5, tail.join(" -> "));
-        }
-        parts.join(" -> ")
+        joined_chain(parts)
     }
 
     /// The place of the reference that reached `n` in the search (its call), else its own.
@@ -400,6 +394,17 @@ fn recursion(cx: &Cx, out: &mut Findings) {
             )
         });
     }
+}
+
+/// The steps of a chain joined by ` -> `; a long chain keeps its first two and last three.
+pub(super) fn joined_chain(mut parts: Vec<String>) -> String {
+    if parts.len() > 8 {
+        let n = parts.len();
+        let tail = parts.split_off(n - 3);
+        parts.truncate(2);
+        return format!("{} -> … ({} more) -> {}", parts.join(" -> "), n - 5, tail.join(" -> "));
+    }
+    parts.join(" -> ")
 }
 
 #[cfg(test)]

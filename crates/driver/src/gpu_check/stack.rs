@@ -142,12 +142,5 @@ fn deepest_chain(cx: &Cx, own: &[Option<u64>], need: &[Need], r: usize) -> Vec<S
 /// `target region in main (a.c:18, 24 bytes) -> smooth (call at a.c:19, 65544 bytes)`; a long
 /// chain keeps its first two and last three steps.
 fn shown(steps: &[Step]) -> String {
-    let mut parts: Vec<String> = steps.iter().map(|s| format!("{}, {} bytes)", s.text, s.bytes)).collect();
-    if parts.len() > 8 {
-        let n = parts.len();
-        let tail = parts.split_off(n - 3);
-        parts.truncate(2);
-        return format!("{} -> … ({} more) -> {}", parts.join(" -> "), n - 5, tail.join(" -> "));
-    }
-    parts.join(" -> ")
+    super::findings::joined_chain(steps.iter().map(|s| format!("{}, {} bytes)", s.text, s.bytes)).collect())
 }
