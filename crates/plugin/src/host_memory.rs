@@ -23,12 +23,40 @@ pub unsafe fn write_ptr(addr: usize, value: usize) {
     unsafe { std::ptr::write_unaligned(addr as *mut usize, value) }
 }
 
+/// Copies of at least this many bytes are checked for [`ALIASED_AHEAD`].
+const LARGE_COPY: usize = 8 << 20;
+/// A large copy whose destination lies less than this many bytes past its source, counted
+/// within a 4 KiB page, is copied in [`ALIASED_PIECE`] pieces. glibc's copy of large blocks
+/// (non-temporal stores, above about 3/4 of the last-level cache) runs at a third of its speed
+/// when each store lands on the same offset within a page as a load just ahead of it ("4K
+/// aliasing"): 3.6-4.3 GB/s against 12-14 GB/s on the development machine for a destination
+/// 8 to 256 bytes past the source (a malloc'd buffer's 16-byte header against page-aligned
+/// device memory is the common case: every device-to-host copy into such a buffer).
+const ALIASED_AHEAD: usize = 512;
+/// The pieces of such a copy: small enough for glibc's cached copy, which does not suffer
+/// from it (8-10 GB/s at any offset).
+const ALIASED_PIECE: usize = 4 << 20;
+
 /// Copies `size` bytes between host addresses (the ranges may overlap).
 ///
 /// # Safety
 /// `[src, src+size)` must be readable and `[dst, dst+size)` writable.
 pub unsafe fn copy(dst: usize, src: usize, size: usize) {
     if size == 0 {
+        return;
+    }
+    let apart = dst.abs_diff(src);
+    let ahead = dst.wrapping_sub(src) % 4096;
+    if size >= LARGE_COPY && apart >= size && (1..ALIASED_AHEAD).contains(&ahead) {
+        // Disjoint ranges: the pieces may go in any order.
+        let mut done = 0;
+        while done < size {
+            let n = ALIASED_PIECE.min(size - done);
+            // SAFETY: `[src+done, src+done+n)` and `[dst+done, dst+done+n)` lie inside the
+            // caller's ranges, which do not overlap (`apart >= size`).
+            unsafe { std::ptr::copy_nonoverlapping((src + done) as *const u8, (dst + done) as *mut u8, n) };
+            done += n;
+        }
         return;
     }
     // SAFETY: both ranges are valid by the caller's promise; `ptr::copy` is memmove.
@@ -107,4 +135,31 @@ pub unsafe fn bytes<'a>(addr: usize, size: usize) -> &'a [u8] {
     }
     // SAFETY: the caller's promise.
     unsafe { std::slice::from_raw_parts(addr as *const u8, size) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A large copy whose destination is just ahead of its source within a page goes in
+    /// pieces; every byte must still arrive, the tail piece included.
+    #[test]
+    fn aliased_large_copies_arrive_whole() {
+        let size = LARGE_COPY + ALIASED_PIECE / 2 + 13;
+        let src: Vec<u8> = (0..size + 4096).map(|i| (i * 7 % 251) as u8).collect();
+        let mut dst = vec![0u8; size + 8192];
+        let s = src.as_ptr() as usize;
+        // A destination 16 bytes past the source within a page, and one 16 bytes behind.
+        for ahead in [16usize, 4080] {
+            let d0 = dst.as_mut_ptr() as usize;
+            let d = d0 + (s + ahead - d0 % 4096) % 4096;
+            let off = d - d0;
+            assert_eq!(d.wrapping_sub(s) % 4096, ahead);
+            dst.fill(0);
+            // SAFETY: `[s, s+size)` lies in `src`; `[d, d+size)` lies in `dst` (off < 4096).
+            unsafe { copy(d, s, size) };
+            assert!(dst[off..off + size] == src[..size], "ahead {ahead}");
+            assert!(dst[..off].iter().all(|&b| b == 0) && dst[off + size..].iter().all(|&b| b == 0));
+        }
+    }
 }
