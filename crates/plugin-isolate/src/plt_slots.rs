@@ -90,14 +90,16 @@ pub fn parse(bytes: &[u8]) -> Result<PltSlots, &'static str> {
         return Err("not a 64-bit little-endian ELF image");
     }
     let mut elf = Elf { bytes, loads: Vec::new() };
+    // Offsets come from the file: every sum is checked (a wrapped one could land in range).
+    let add = |a: usize, b: usize| a.checked_add(b).ok_or(MALFORMED);
     let phoff = elf.u64(0x20).ok_or(MALFORMED)? as usize;
     let (phentsize, phnum) = (elf.u16(0x36).ok_or(MALFORMED)? as usize, elf.u16(0x38).ok_or(MALFORMED)? as usize);
     let (mut dynamic, mut relro, mut span) = (None, None, (u64::MAX, 0));
     for i in 0..phnum {
         let h = phoff.checked_add(i.checked_mul(phentsize).ok_or(MALFORMED)?).ok_or(MALFORMED)?;
         let kind = elf.u32(h).ok_or(MALFORMED)?;
-        let (offset, vaddr) = (elf.u64(h + 8).ok_or(MALFORMED)?, elf.u64(h + 16).ok_or(MALFORMED)?);
-        let (filesz, memsz) = (elf.u64(h + 32).ok_or(MALFORMED)?, elf.u64(h + 40).ok_or(MALFORMED)?);
+        let (offset, vaddr) = (elf.u64(add(h, 8)?).ok_or(MALFORMED)?, elf.u64(add(h, 16)?).ok_or(MALFORMED)?);
+        let (filesz, memsz) = (elf.u64(add(h, 32)?).ok_or(MALFORMED)?, elf.u64(add(h, 40)?).ok_or(MALFORMED)?);
         match kind {
             PT_LOAD => {
                 elf.loads.push((vaddr, offset, filesz));
@@ -110,12 +112,15 @@ pub fn parse(bytes: &[u8]) -> Result<PltSlots, &'static str> {
     }
     let (offset, size) = dynamic.ok_or("no dynamic section")?;
     let mut tags = std::collections::HashMap::new();
-    for e in (0..size / 16).map(|i| offset as usize + i as usize * 16) {
+    let offset = usize::try_from(offset).map_err(|_| MALFORMED)?;
+    for i in 0..size / 16 {
+        // A read past the file's end ends the loop with an error: it is bounded by the file.
+        let e = add(offset, usize::try_from(i).map_err(|_| MALFORMED)?.checked_mul(16).ok_or(MALFORMED)?)?;
         let tag = elf.u64(e).ok_or(MALFORMED)?;
         if tag == DT_NULL {
             break;
         }
-        tags.entry(tag).or_insert(elf.u64(e + 8).ok_or(MALFORMED)?);
+        tags.entry(tag).or_insert(elf.u64(add(e, 8)?).ok_or(MALFORMED)?);
     }
     let flag = |tag, bit| tags.get(&tag).is_some_and(|v| v & bit != 0);
     let bind_now = tags.contains_key(&DT_BIND_NOW) || flag(DT_FLAGS, DF_BIND_NOW) || flag(DT_FLAGS_1, DF_1_NOW);
@@ -130,13 +135,14 @@ pub fn parse(bytes: &[u8]) -> Result<PltSlots, &'static str> {
         let strsz = *tags.get(&DT_STRSZ).ok_or(MALFORMED)? as usize;
         strings = bytes.get(strtab..strtab.checked_add(strsz).ok_or(MALFORMED)?).ok_or(MALFORMED)?;
         let rela = elf.offset(jmprel).ok_or(MALFORMED)?;
-        for r in (0..size / 24).map(|i| rela + i as usize * 24) {
-            let (got, info) = (elf.u64(r).ok_or(MALFORMED)?, elf.u64(r + 8).ok_or(MALFORMED)?);
+        for i in 0..size / 24 {
+            let r = add(rela, usize::try_from(i).map_err(|_| MALFORMED)?.checked_mul(24).ok_or(MALFORMED)?)?;
+            let (got, info) = (elf.u64(r).ok_or(MALFORMED)?, elf.u64(add(r, 8)?).ok_or(MALFORMED)?);
             if info as u32 != R_X86_64_JUMP_SLOT {
                 continue;
             }
             let sym = symtab.checked_add(((info >> 32) as usize).checked_mul(24).ok_or(MALFORMED)?).ok_or(MALFORMED)?;
-            if elf.u16(sym + 6).ok_or(MALFORMED)? != SHN_UNDEF {
+            if elf.u16(add(sym, 6)?).ok_or(MALFORMED)? != SHN_UNDEF {
                 continue;
             }
             let name = elf.u32(sym).ok_or(MALFORMED)? as usize;
@@ -208,5 +214,50 @@ pub(crate) mod tests {
         let mut truncated = b"\x7fELF\x02\x01\x01".to_vec();
         truncated.resize(64, 0xff);
         assert!(parse(&truncated).is_err());
+    }
+
+    /// Corrupted copies of a real image (headers, offsets and sizes set to extreme values)
+    /// give an answer or an error, never a panic (the sums of file offsets are checked).
+    #[test]
+    fn corrupted_images_never_panic() {
+        let dir = std::env::temp_dir().join(format!("omp-plt-fuzz-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let image = std::fs::read(shared_object(CALLS_FOPEN, &[], &dir, "fuzz")).unwrap();
+        std::fs::remove_dir_all(&dir).unwrap();
+        // The dynamic section said to lie at the top of the address space: refused, not
+        // wrapped around to the start of the file.
+        let phoff = u64::from_le_bytes(image[0x20..0x28].try_into().unwrap()) as usize;
+        let (size, count) =
+            (u16::from_le_bytes([image[0x36], image[0x37]]), u16::from_le_bytes([image[0x38], image[0x39]]));
+        let dynamic = (0..count as usize)
+            .map(|i| phoff + i * size as usize)
+            .find(|&h| u32::from_le_bytes(image[h..h + 4].try_into().unwrap()) == PT_DYNAMIC)
+            .expect("a shared object has a dynamic segment");
+        let mut high = image.clone();
+        high[dynamic + 8..dynamic + 16].copy_from_slice(&(u64::MAX - 7).to_le_bytes());
+        assert_eq!(parse(&high).err(), Some("a malformed ELF image"));
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let mut refused = 0;
+        for _ in 0..3000 {
+            let mut bytes = image.clone();
+            for _ in 0..1 + next() % 4 {
+                // Mostly the ELF and program headers and the dynamic section's neighbourhood.
+                let at = (next() as usize) % bytes.len().min(if next() % 2 == 0 { 4096 } else { usize::MAX });
+                let word = [0u64, u64::MAX, u64::MAX / 2, next(), 1 << 40][(next() % 5) as usize].to_le_bytes();
+                let end = (at + 8).min(bytes.len());
+                bytes[at..end].copy_from_slice(&word[..end - at]);
+            }
+            if next() % 8 == 0 {
+                bytes.truncate((next() as usize) % bytes.len());
+            }
+            refused += usize::from(parse(&bytes).is_err());
+        }
+        assert!(refused > 0, "no corruption was refused: the test did not reach the checks");
     }
 }
