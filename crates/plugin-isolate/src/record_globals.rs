@@ -280,7 +280,7 @@ unsafe fn copy_globals(base: usize, size: usize) -> bool {
     // SAFETY: the head words lie in the area's first page, just opened.
     let head = |i: usize| unsafe { word(area, i) }.load(Ordering::Acquire) as usize;
     let (count, capacity, start, len) = (head(0), head(1), head(2), head(3));
-    let table_end = capacity.checked_mul(ENTRY_WORDS).and_then(|w| (w + HEAD_WORDS).checked_mul(8));
+    let table_end = capacity.checked_mul(ENTRY_WORDS).and_then(|w| w.checked_add(HEAD_WORDS)?.checked_mul(8));
     if count > capacity || table_end.is_none_or(|t| t > start || start > len) || !inside(area, len) {
         return false;
     }
