@@ -472,22 +472,9 @@ impl InFlight {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Config, Descriptor, MapperComponents, OpenMpHost};
+    use crate::test_host::Host;
+    use crate::{Config, Descriptor};
     use omp_plugin::mock::{MockPlugin, SharedMock};
-
-    struct Host;
-
-    impl OpenMpHost for Host {
-        fn target_offload(&self) -> i32 {
-            1
-        }
-        fn default_device(&self) -> i32 {
-            0
-        }
-        fn call_mapper(&self, _: usize, _: usize, _: usize, _: i64, _: i64, _: usize) -> MapperComponents {
-            MapperComponents::default()
-        }
-    }
 
     #[test]
     fn a_region_whose_kernel_no_image_provides_is_a_no_kernel_value() {

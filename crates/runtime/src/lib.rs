@@ -22,6 +22,8 @@ pub mod registry;
 pub mod select;
 pub mod spread;
 pub mod table;
+#[cfg(test)]
+mod test_host;
 pub mod trace;
 
 pub use config::Config;

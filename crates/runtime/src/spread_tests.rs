@@ -2,24 +2,11 @@
 
 use super::*;
 use crate::data::Directive;
-use crate::{Config, Descriptor, MapperComponents, OpenMpHost};
+use crate::test_host::Host;
+use crate::{Config, Descriptor};
 use omp_format::OffloadEntry;
 use omp_plugin::mock::{MockDevice, SharedMock};
 use omp_plugin::{AllocKind, Device, Plugin};
-
-struct Host;
-
-impl OpenMpHost for Host {
-    fn target_offload(&self) -> i32 {
-        1
-    }
-    fn default_device(&self) -> i32 {
-        0
-    }
-    fn call_mapper(&self, _: usize, _: usize, _: usize, _: i64, _: i64, _: usize) -> MapperComponents {
-        MapperComponents::default()
-    }
-}
 
 /// One plugin with three mock devices: devices of one kind.
 struct ThreeMocks([SharedMock; 3]);
