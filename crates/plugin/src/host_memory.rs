@@ -45,15 +45,14 @@ pub unsafe fn copy(dst: usize, src: usize, size: usize) {
     if size == 0 {
         return;
     }
-    let apart = dst.abs_diff(src);
-    let ahead = dst.wrapping_sub(src) % 4096;
-    if size >= LARGE_COPY && apart >= size && (1..ALIASED_AHEAD).contains(&ahead) {
+    // Small copies (every launch's) pay one comparison.
+    if size >= LARGE_COPY && dst.abs_diff(src) >= size && (1..ALIASED_AHEAD).contains(&(dst.wrapping_sub(src) % 4096)) {
         // Disjoint ranges: the pieces may go in any order.
         let mut done = 0;
         while done < size {
             let n = ALIASED_PIECE.min(size - done);
             // SAFETY: `[src+done, src+done+n)` and `[dst+done, dst+done+n)` lie inside the
-            // caller's ranges, which do not overlap (`apart >= size`).
+            // caller's ranges, which do not overlap (they are `size` or more apart).
             unsafe { std::ptr::copy_nonoverlapping((src + done) as *const u8, (dst + done) as *mut u8, n) };
             done += n;
         }
