@@ -57,7 +57,10 @@ fi
 raw=$(sed -n 's/^64 MiB rank to rank: \([0-9.]*\) GB\/s$/\1/p' "$work/raw.txt")
 pieces=$(sed -n 's/^64 MiB rank to rank in 2 MiB messages: \([0-9.]*\) GB\/s$/\1/p' "$work/raw.txt")
 across=$(sed -n 's/^64 MiB device 4 to device 8: \([0-9.]*\) GB\/s$/\1/p' "$work/mpi.txt")
-awk -v raw="$raw" -v pieces="$pieces" -v across="$across" 'BEGIN {
+up=$(sed -n 's/^64 MiB to device: \([0-9.]*\) GB\/s$/\1/p' "$work/mpi.txt")
+down=$(sed -n 's/^64 MiB from device: \([0-9.]*\) GB\/s$/\1/p' "$work/mpi.txt")
+awk -v raw="$raw" -v pieces="$pieces" -v across="$across" -v up="$up" -v down="$down" 'BEGIN {
+  printf "64 MiB to an MPI device / raw MPI: %.2fx; from it: %.2fx (goal >= 0.9)\n", up / raw, down / raw
   printf "rank-to-rank omp_target_memcpy / raw MPI: %.2fx (goal >= 0.9); / raw MPI in 2 MiB messages: %.2fx\n",
     across / raw, across / pieces }'
 echo "== for scale: the program's own host device 0"
