@@ -9,6 +9,10 @@
 #           the same cores cannot add much;
 #   pinned  device rank r runs on core (r-1) mod ncpu, as ranks on nodes of their own would
 #           have their own cores.
+# Every job runs with `--bind-to none`: without it Open MPI binds each rank to a core of its own
+# when the job has no more ranks than the machine has cores (the program and ONE device rank
+# here), but not when it has more (two or three device ranks), so "shared, 1 rank" ran its
+# kernels on one core, and "pinned, 1 rank" had its core rebound onto the program's.
 # Prints the best of REPS wall times (default 3) and the ratios. Needs `make dist`, Open MPI.
 # usage: scripts/bench-spread.sh [tiles] [steps] [work]
 set -euo pipefail
@@ -50,7 +54,7 @@ best() {
 mpi() { # ranks, spread (0/1), device program
   local env=(-x LD_LIBRARY_PATH="$root/dist/lib" -x OMP_DEFAULT_DEVICE=4)
   [ "$2" = 1 ] && env+=(-x LIBOMPTARGET_SPREAD=1)
-  mpirun --allow-run-as-root --oversubscribe "${env[@]}" -np 1 "$out/stencil" "${args[@]}" : \
+  mpirun --allow-run-as-root --oversubscribe --bind-to none "${env[@]}" -np 1 "$out/stencil" "${args[@]}" : \
     -np "$1" "$3" "${@:4}"
 }
 
