@@ -13,7 +13,7 @@ use crate::track;
 use omp_sync::Mutex;
 use std::collections::{BTreeMap, HashMap};
 use std::io;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 
 /// Descriptor the worker finds the arena's memfd on.
 pub const ARENA_FD: i32 = 4;
@@ -21,8 +21,8 @@ pub const ARENA_FD: i32 = 4;
 /// Written by the worker into the arena's first word once it has mapped the arena.
 pub const MAGIC: u64 = 0x6f6d_7072_7341_5245; // "omprsARE"
 
-/// The first page holds the acknowledgement; allocations start after it.
-const HEADER: usize = 4096;
+/// The first page is the header ([`crate::header`]); allocations start after it.
+const HEADER: usize = crate::header::SIZE;
 
 /// Candidate addresses, each far from where Linux puts executables (~0x55.. TiB), heaps and
 /// shared libraries (~0x7f.. TiB).
@@ -134,9 +134,9 @@ impl Arena {
 
     /// Whether the worker mapped the arena (it wrote [`MAGIC`]).
     pub fn acknowledged(&self) -> bool {
-        // SAFETY: `base` is the start of our mapping (readable, 8-aligned), and the worker
-        // writes this word through its own mapping of the same file.
-        let word = unsafe { &*(self.base as *const AtomicU64) };
+        // SAFETY: `base` is the start of our mapping (its header page read-write), and the
+        // worker writes this word through its own mapping of the same file.
+        let word = unsafe { crate::header::word(self.base, crate::header::ACKNOWLEDGED) };
         word.load(Ordering::Acquire) == MAGIC
     }
 
@@ -403,8 +403,8 @@ pub fn map_in_worker(addr: usize, size: usize) -> io::Result<()> {
         return Err(io::Error::other("bad arena address or size"));
     }
     map_at(ARENA_FD, addr, size)?;
-    // SAFETY: `addr` is the start of the mapping just made (writable, 8-aligned).
-    let word = unsafe { &*(addr as *const AtomicU64) };
+    // SAFETY: `addr` is the start of the mapping just made (its header page read-write).
+    let word = unsafe { crate::header::word(addr, crate::header::ACKNOWLEDGED) };
     word.store(MAGIC, Ordering::Release);
     // The mapping keeps the file; the descriptor is no longer needed.
     // SAFETY: ARENA_FD was given to this process for this mapping only.

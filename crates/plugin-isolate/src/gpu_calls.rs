@@ -29,17 +29,13 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
-/// Header word: the bytes of names at [`HOST_CALL_NAMES`] the last kernel left.
-pub const HOST_CALLS: usize = 1040;
-/// Header word: why the last kernel's calls could not all be seen (0: they were).
-pub const CALLS_UNSEEN: usize = 1048;
+/// Header words ([`crate::header`]): the bytes of names at [`HOST_CALL_NAMES`] the last
+/// kernel left, and why the last kernel's calls could not all be seen (0: they were).
+pub use crate::header::{CALLS_UNSEEN, HOST_CALLS, HOST_CALL_NAMES, HOST_CALL_NAMES_END};
 /// [`CALLS_UNSEEN`]: a device image was linked with `-z now`.
 pub const UNSEEN_LINKED_NOW: u64 = 1;
 /// [`CALLS_UNSEEN`]: the loader bound a device image's calls when it loaded it.
 pub const UNSEEN_BOUND_AT_LOAD: u64 = 2;
-/// Where in the header page the names begin, and where they end.
-pub const HOST_CALL_NAMES: usize = 3072;
-pub const HOST_CALL_NAMES_END: usize = 4096;
 
 /// One watched GOT slot: its address, its value while unbound, the function's symbol.
 struct Slot {

@@ -26,11 +26,10 @@
 use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, AtomicIsize, AtomicUsize, Ordering};
 
-/// Header word: the most stack bytes one thread of the last kernel used (0: under the
-/// measuring margin, [`MARGIN`]).
-pub const STACK_USE: usize = 1024;
-/// Header word: the most bytes the last kernel's threads held from `malloc` at once.
-pub const HEAP_PEAK: usize = 1032;
+/// Header words ([`crate::header`]): the most stack bytes one thread of the last kernel used
+/// (0: under the measuring margin, [`MARGIN`]), and the most bytes the last kernel's threads
+/// held from `malloc` at once.
+pub use crate::header::{HEAP_PEAK, STACK_USE};
 
 /// Bytes below a scope's stack pointer left to the measuring code's own frames.
 pub const MARGIN: usize = 2 << 10;

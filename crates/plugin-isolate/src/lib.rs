@@ -15,6 +15,7 @@ pub mod arena;
 mod device;
 mod gpu_calls;
 pub mod gpu_limits;
+pub mod header;
 mod plt_slots;
 mod record;
 mod record_desc;

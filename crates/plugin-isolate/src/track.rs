@@ -20,22 +20,17 @@
 //! watched page ([`READ_FIRST`], [`WRITTEN`]).
 
 use omp_plugin::TRACK_PAGE;
-use std::sync::atomic::{AtomicPtr, AtomicU64, AtomicU8, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicPtr, AtomicU8, AtomicUsize, Ordering};
 
-pub const FAULT_SET: usize = 64;
-pub const FAULT_ADDR: usize = 72;
-pub const FAULT_FLAGS: usize = 80;
-pub const CTL_ADDR: usize = 128;
-pub const CTL_LEN: usize = 136;
-pub const TRACK_OFF: usize = 192;
-pub const WATCH_DROPPED: usize = 200;
-/// A kernel's stack overflowed: the size of its thread's stack (written by the worker, in
-/// every mode; see [`crate::signals`]).
-pub const STACK_OVERFLOW: usize = 208;
-/// Where the globals of a launch that fails are saved (set by the program; see
+// The header's words are laid out in one place, [`crate::header`].
+/// [`STACK_OVERFLOW`]: a kernel's stack overflowed: the size of its thread's stack (written
+/// by the worker, in every mode; see [`crate::signals`]). [`GLOBALS_AREA`], [`GLOBALS_SAVED`]:
+/// where the globals of a launch that fails are saved (set by the program; see
 /// [`crate::record_globals`]), and that the dying worker saved them (written by it).
-pub const GLOBALS_AREA: usize = 216;
-pub const GLOBALS_SAVED: usize = 224;
+pub use crate::header::{
+    word as header_word, CTL_ADDR, CTL_LEN, FAULT_ADDR, FAULT_FLAGS, FAULT_SET, GLOBALS_AREA, GLOBALS_SAVED,
+    STACK_OVERFLOW, TRACK_OFF, WATCH_DROPPED,
+};
 
 /// [`FAULT_FLAGS`] bits.
 pub const FAULT_WRITE: u64 = 1;
@@ -49,17 +44,6 @@ pub const UNSEEN: u8 = 4;
 
 /// Words before the changes in a control block.
 pub const CTL_HEAD_WORDS: usize = 3;
-
-/// The header word at `offset` of the arena at `base`.
-///
-/// # Safety
-/// `base` must be the address of a mapped arena (its first page readable and writable).
-pub unsafe fn header_word<'a>(base: usize, offset: usize) -> &'a AtomicU64 {
-    debug_assert!(offset.is_multiple_of(8) && offset < 4096);
-    // SAFETY: the caller's promise; the header page is 4096 bytes and `offset` is inside it
-    // and 8-aligned.
-    unsafe { &*((base + offset) as *const AtomicU64) }
-}
 
 static ARENA_BASE: AtomicUsize = AtomicUsize::new(0);
 static ARENA_SIZE: AtomicUsize = AtomicUsize::new(0);
