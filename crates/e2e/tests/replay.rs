@@ -375,6 +375,9 @@ fn the_record_of_a_failed_launch_holds_the_globals_as_the_failure_left_them() {
         let (out, err) = (text(&o.stdout), text(&o.stderr));
         assert!(!o.status.success(), "{how} {extra:?}: {out}\n{err}");
         assert!(err.contains(&format!("ended: {ended}")), "{how} {extra:?}: {err}");
+        // What the kernel printed (and flushed) before it failed reaches the program, also
+        // when the worker died before it forwarded it.
+        assert!(out.contains("kernel: scale=4\n"), "{how} {extra:?}: {out}\n{err}");
         let desc = named_record(&err);
         assert_eq!(json(&desc)["InputAfterFault"], true, "{how} {extra:?}");
         // Not the image's 1, not the host's 3: the value the kernel left.

@@ -16,6 +16,7 @@
 //! in the worker around each kernel (check mode's page protections) is a function given to
 //! [`serve::main_around_launches`], not a device wrapper.
 
+pub mod capture;
 pub mod client;
 pub mod serve;
 pub mod slice;

@@ -7,6 +7,7 @@
 //! it while another thread takes over reading, so a long kernel never holds up allocations
 //! or copies.
 
+pub use crate::capture::{Capture, OutputSink};
 use crate::slice;
 use crate::spin::SpinWait;
 use crate::wire::{self, Dec, Enc};
@@ -489,99 +490,9 @@ fn private_stdout() -> std::io::Result<File> {
     Ok(unsafe { File::from_raw_fd(fd) })
 }
 
-/// Where captured output goes: its tag ([`wire::OUT_STDOUT`] or [`wire::OUT_STDERR`]) and
-/// bytes; an error means nobody takes it any more (the process then ends at once).
-pub type OutputSink = Box<dyn Fn(u8, &[u8]) -> std::io::Result<()> + Send + Sync>;
-
 /// The worker's output: frames on its reply pipe.
 fn frames_to(out: Out) -> OutputSink {
     Box::new(move |tag, bytes| wire::write_frame(&mut *out.lock(), 0, tag, &[bytes]))
-}
-
-/// The process's fd 1 and fd 2, captured: pipes whose read ends are drained into a sink (the
-/// worker's: output frames) by a thread of their own, and by each reply before it is sent.
-pub struct Capture {
-    /// Non-blocking read ends with their frame tags; the lock keeps chunks in order.
-    ends: Mutex<[(File, u8); 2]>,
-    sink: OutputSink,
-}
-
-impl Capture {
-    /// Replaces fd 1 and fd 2 with pipes and starts the thread that forwards what arrives
-    /// there while no reply is due.
-    pub fn start(sink: OutputSink) -> std::io::Result<Arc<Capture>> {
-        let mut ends = Vec::new();
-        for (fd, tag) in [(1, wire::OUT_STDOUT), (2, wire::OUT_STDERR)] {
-            let mut p = [0i32; 2];
-            // SAFETY: pipe2 writes two descriptors into `p`; the result is checked.
-            if unsafe { libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC | libc::O_NONBLOCK) } != 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            // SAFETY: both descriptors are fresh and owned here from now on.
-            let (r, w) = unsafe { (File::from_raw_fd(p[0]), File::from_raw_fd(p[1])) };
-            // The write end must block (a kernel's printf waits for room, never fails).
-            // SAFETY: fcntl on a descriptor we own; dup2 replaces our own fd 1 or 2.
-            unsafe {
-                let flags = libc::fcntl(w.as_raw_fd(), libc::F_GETFL);
-                if flags < 0 || libc::fcntl(w.as_raw_fd(), libc::F_SETFL, flags & !libc::O_NONBLOCK) < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                if libc::dup2(w.as_raw_fd(), fd) < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-            }
-            ends.push((r, tag));
-        }
-        let [a, b]: [(File, u8); 2] = ends.try_into().map_err(|_| std::io::Error::other("two pipes"))?;
-        let c = Arc::new(Capture { ends: Mutex::new([a, b]), sink });
-        let t = c.clone();
-        std::thread::Builder::new().name("output".into()).spawn(move || t.forward())?;
-        Ok(c)
-    }
-
-    /// Waits for output and forwards it, for output written while no reply is due.
-    fn forward(&self) {
-        let fds: Vec<i32> = self.ends.lock().iter().map(|(f, _)| f.as_raw_fd()).collect();
-        loop {
-            let mut polls: Vec<libc::pollfd> =
-                fds.iter().map(|&fd| libc::pollfd { fd, events: libc::POLLIN, revents: 0 }).collect();
-            // SAFETY: `polls` is a valid array of pollfd for the call.
-            let n = unsafe { libc::poll(polls.as_mut_ptr(), polls.len() as libc::nfds_t, -1) };
-            if n < 0 && std::io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
-                return;
-            }
-            self.drain();
-        }
-    }
-
-    /// Sends everything the pipes hold now to the sink (call it after `fflush(NULL)`).
-    pub fn drain(&self) {
-        use std::io::Read;
-        let mut ends = self.ends.lock();
-        // One system call when there is nothing (the common case before a reply).
-        let mut polls = [0, 1].map(|i| libc::pollfd { fd: ends[i].0.as_raw_fd(), events: libc::POLLIN, revents: 0 });
-        // SAFETY: `polls` is a valid array of two pollfd for the call.
-        if unsafe { libc::poll(polls.as_mut_ptr(), 2, 0) } == 0 {
-            return;
-        }
-        let mut buf = [0u8; 64 << 10];
-        for (r, tag) in ends.iter_mut() {
-            loop {
-                match r.read(&mut buf) {
-                    Ok(0) => break,
-                    Ok(n) => {
-                        if (self.sink)(*tag, &buf[..n]).is_err() {
-                            // The parent is gone. (Not exit(): this may run in an exit handler.)
-                            // SAFETY: _exit ends the process at once; nothing is left to flush.
-                            unsafe { libc::_exit(0) };
-                        }
-                    }
-                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                    Err(_) => break, // WouldBlock: nothing more now
-                }
-            }
-        }
-    }
 }
 
 #[cfg(test)]

@@ -24,6 +24,12 @@ pub const OUT_STDERR: u8 = 3;
 /// byte per request sent while other requests are outstanding.
 pub const DOORBELL_FD: i32 = 5;
 
+/// The worker's descriptors for its output pipes, made by the parent (named by
+/// `OMP_WORKER_CAPTURE`): the read ends of its stdout and stderr pipes, then their write ends
+/// (which become its fd 1 and 2). The parent keeps the read ends too, to take what a worker
+/// that died had not forwarded.
+pub const CAPTURE_FDS: [i32; 4] = [6, 7, 8, 9];
+
 /// Bytes of a frame's length-counted header (request id and tag).
 const HEAD: usize = 9;
 

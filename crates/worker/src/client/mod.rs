@@ -9,6 +9,7 @@
 //! (unknown id, unknown status, wrong length) means the worker can no longer be trusted: it
 //! is killed and every call fails with [`CallError::Died`].
 
+mod capture;
 mod device;
 mod messages;
 mod reader;
@@ -123,6 +124,24 @@ impl Worker {
             });
         }
         cmd.env("OMP_WORKER_DOORBELL", wire::DOORBELL_FD.to_string());
+        // The worker's output pipes, made here so that what a dying worker did not forward
+        // can still be taken (`capture`).
+        let (kept, for_worker) = capture::pipes()?;
+        let fds = for_worker.raw();
+        // SAFETY: runs in the child before exec: dup2 is async-signal-safe; `fds` (at 10 or
+        // above) stay open in the parent until the spawn returns.
+        unsafe {
+            use std::os::unix::process::CommandExt;
+            cmd.pre_exec(move || {
+                for (&from, &to) in fds.iter().zip(wire::CAPTURE_FDS.iter()) {
+                    if libc::dup2(from, to) < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                }
+                Ok(())
+            });
+        }
+        cmd.env("OMP_WORKER_CAPTURE", "1");
         // A worker inherits its parent's MPI launcher variables (an isolated device's program
         // or a device rank started by mpirun): an image it loads that brings the OpenMP runtime
         // along (a shared library with target regions of its own) would start MPI devices in
@@ -130,6 +149,7 @@ impl Worker {
         cmd.env("LIBOMPTARGET_MPI", "0");
         let spawned = cmd.spawn();
         drop(bell_r);
+        drop(for_worker);
         let mut child = spawned?;
         // The worker's end is closed here with `cmd` (the caller keeps no copy of it).
         drop(cmd);
@@ -143,8 +163,14 @@ impl Worker {
             })
         });
         let fd = stdout.as_raw_fd();
-        let rx =
-            Rx { r: BufReader::with_capacity(1 << 20, stdout), fd, on_output, on_exit: opts.on_exit, ended: false };
+        let rx = Rx {
+            r: BufReader::with_capacity(1 << 20, stdout),
+            fd,
+            on_output,
+            on_exit: opts.on_exit,
+            ended: false,
+            capture: kept,
+        };
         let shared = Arc::new(Shared {
             pending: Mutex::default(),
             died: Mutex::new(None),

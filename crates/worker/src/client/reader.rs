@@ -62,6 +62,8 @@ pub(super) struct Rx {
     pub(super) on_exit: Option<OnExit>,
     /// The pipe ended (or broke): nothing more to read.
     pub(super) ended: bool,
+    /// The worker's output pipes, drained once it ended.
+    pub(super) capture: super::capture::Kept,
 }
 
 /// Where a waiting call's reply lands.
@@ -160,6 +162,9 @@ impl Shared {
             let _ = lock(&self.child).kill();
         }
         let ended = reap(self);
+        // What the worker's code wrote and the worker did not forward (it died) comes before
+        // the error its pending calls end with.
+        rx.capture.drain(&mut *rx.on_output);
         let how = broke.unwrap_or(ended);
         *lock(&self.died) = Some(how.clone());
         let pending: Vec<Pending> = lock(&self.pending).drain().map(|(_, p)| p).collect();
