@@ -57,7 +57,9 @@ pub fn build(args: &Args) -> Result<()> {
             compiled.iter_mut().flatten().filter_map(|c| c.gpu.take()).collect();
         if !checked.is_empty() {
             let objects = args.inputs.iter().filter(|i| i.lang.is_none()).map(|i| i.path.as_str());
-            crate::gpu_check::report(target, checked, &crate::gpu_check::defined_in_objects(objects), ctx.runner);
+            let cuda = crate::gpu::path_opt(args, "--cuda-path", "OMPCC_CUDA_PATH");
+            let elsewhere = crate::gpu_check::defined_in_objects(objects);
+            crate::gpu_check::report(target, checked, &elsewhere, cuda.as_deref(), ctx.runner);
         }
     }
     if args.mode != Mode::Link {

@@ -71,7 +71,7 @@ pub fn check(code: Vec<DeviceCode>, elsewhere: &HashSet<String>, family: Family,
     let mut out = Findings::default();
     missing(&cx, elsewhere, family, &target, &mut out);
     indirect(&cx, &calls, &target, &mut out);
-    recursion(&cx, &mut out);
+    recursion(&cx, family.default_stack_size(), &mut out);
     if sized.iter().any(|(f, k)| !f.is_empty() || !k.is_empty()) {
         let mut own = vec![None; g.nodes.len()];
         for (u, (funcs, kernels)) in sized.iter().enumerate() {
@@ -302,7 +302,7 @@ fn indirect(cx: &Cx, calls: &[IndirectCalls], target: &str, out: &mut Findings) 
 
 /// Recursion among the functions device code reaches (strongly connected components of the
 /// call edges, Tarjan's algorithm without recursion): one line per cycle.
-fn recursion(cx: &Cx, out: &mut Findings) {
+fn recursion(cx: &Cx, stack_bytes: u64, out: &mut Findings) {
     let g = cx.g;
     let n = g.nodes.len();
     let on = |v: usize| cx.m.device[v].is_some() && g.nodes[v].def.is_some();
@@ -388,9 +388,10 @@ fn recursion(cx: &Cx, out: &mut Findings) {
                 format!("'{name}' and {} call each other", others.join(", "))
             };
             format!(
-                "{}: {what}: {}; a GPU thread's stack is small (about 1 KiB unless LIBOMPTARGET_STACK_SIZE raises it) and a recursion's depth is not known when the kernel is built: make it a loop, or bound its depth",
+                "{}: {what}: {}; a GPU thread's stack is small (about {} KiB unless LIBOMPTARGET_STACK_SIZE raises it) and a recursion's depth is not known when the kernel is built: make it a loop, or bound its depth",
                 g.loc(head),
-                cx.chain(head)
+                cx.chain(head),
+                stack_bytes.div_ceil(1024)
             )
         });
     }

@@ -171,11 +171,12 @@ pub use omp_gpu_libs::short_cxx_name;
 
 /// The check of the whole command: prints one `ompcc: warning:` line per finding, one per
 /// source the GPU compile refused, and a count. `elsewhere`: symbols objects on the command
-/// line define.
+/// line define; `cuda`: the CUDA toolkit `--cuda-path`/`OMPCC_CUDA_PATH` named, if any.
 pub fn report(
     target: &Target,
     sources: Vec<(String, Source)>,
     elsewhere: &HashSet<String>,
+    cuda: Option<&std::path::Path>,
     runner: crate::exec::Runner,
 ) {
     let mut code = Vec::with_capacity(sources.len());
@@ -202,11 +203,16 @@ pub fn report(
         }
     }
     if no_ptxas {
-        crate::diag::warning(format!(
-            "--gpu-check: stack frames are not sized for {} ({}): that needs ptxas, CUDA's assembler, which is not on PATH, in /usr/local/cuda or /usr/lib/cuda; point at a CUDA toolkit with --cuda-path=DIR or OMPCC_CUDA_PATH=DIR (scripts/setup-cuda.sh of a source checkout installs ptxas into .deps/ without CUDA)",
-            target.family.name(),
-            target.arch
-        ));
+        let (family, arch) = (target.family.name(), &target.arch);
+        crate::diag::warning(match cuda {
+            Some(dir) => format!(
+                "--gpu-check: stack frames are not sized for {family} ({arch}): that needs ptxas, CUDA's assembler, and the CUDA toolkit named by --cuda-path or OMPCC_CUDA_PATH has none ({} is not a file)",
+                dir.join("bin/ptxas").display()
+            ),
+            None => format!(
+                "--gpu-check: stack frames are not sized for {family} ({arch}): that needs ptxas, CUDA's assembler, which is not on PATH, in /usr/local/cuda or /usr/lib/cuda; point at a CUDA toolkit with --cuda-path=DIR or OMPCC_CUDA_PATH=DIR (scripts/setup-cuda.sh of a source checkout installs ptxas into .deps/ without CUDA)"
+            ),
+        });
     }
     let functions: usize = code.iter().map(|c| c.unit.funcs.len()).sum();
     let units = code.len();
