@@ -327,7 +327,7 @@ impl Progress {
     fn run(mut self, rx: Receiver<Msg>) {
         crate::slice::shorten_this_thread();
         loop {
-            let msg = if !self.sends.is_empty() || !self.recvs.is_empty() {
+            let msg = if self.moving() {
                 // A transfer moves only while MPI is called: poll.
                 std::thread::yield_now();
                 rx.try_recv().ok()
@@ -370,6 +370,13 @@ impl Progress {
             }
             self.progress();
         }
+    }
+
+    /// Whether bytes are moving: a send, a read's pieces, or a write's data, whose reply comes
+    /// as soon as the rank has them (waiting for it in sleeps would add up to a sleep to
+    /// every copy).
+    fn moving(&self) -> bool {
+        !self.sends.is_empty() || !self.recvs.is_empty() || self.pending.values().any(|p| p.data.is_some())
     }
 
     /// Sends a call; `false` when it could not be (its caller has its answer already).
