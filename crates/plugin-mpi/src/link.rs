@@ -288,6 +288,9 @@ struct Pending {
     slot: Arc<Slot>,
     /// A write's data send: complete before the call is (the caller's buffer is then free).
     data: Option<MpiRequest>,
+    /// A copy whose bytes are moving (a write's, or one between devices): its reply comes as
+    /// soon as they have moved.
+    bulk: bool,
 }
 
 /// A read's pieces being received straight into the caller's buffer, and the caller.
@@ -372,11 +375,11 @@ impl Progress {
         }
     }
 
-    /// Whether bytes are moving: a send, a read's pieces, or a write's data, whose reply comes
-    /// as soon as the rank has them (waiting for it in sleeps would add up to a sleep to
-    /// every copy).
+    /// Whether bytes are moving: a send, a read's pieces, a write's data or a copy between
+    /// devices, whose reply comes as soon as they have moved (waiting for it in sleeps would
+    /// add up to a sleep, up to 1 ms, to every copy).
     fn moving(&self) -> bool {
-        !self.sends.is_empty() || !self.recvs.is_empty() || self.pending.values().any(|p| p.data.is_some())
+        !self.sends.is_empty() || !self.recvs.is_empty() || self.pending.values().any(|p| p.bulk)
     }
 
     /// Sends a call; `false` when it could not be (its caller has its answer already).
@@ -385,6 +388,7 @@ impl Progress {
             c.slot.complete(Err(CallError::Died(why.clone())));
             return false;
         }
+        let copy = matches!(proto::split(&c.header), Some((_, OP_PEER_SEND | OP_PEER_RECV | OP_COPY_ACROSS, _)));
         let posted = self.post(c.rank, c.header, proto::TAG_REQUEST).and_then(|_| match c.data {
             Some((ptr, len)) => {
                 // SAFETY: the caller waits for this call, so its buffer stays readable until
@@ -395,7 +399,8 @@ impl Progress {
         });
         match posted {
             Ok(data) => {
-                self.pending.insert(c.id, Pending { rank: c.rank, reply: c.reply, slot: c.slot, data });
+                let bulk = data.is_some() || copy;
+                self.pending.insert(c.id, Pending { rank: c.rank, reply: c.reply, slot: c.slot, data, bulk });
                 true
             }
             Err(e) => {
