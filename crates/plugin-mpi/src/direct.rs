@@ -76,22 +76,25 @@ impl DeviceRange {
     }
 }
 
-/// Large arena blocks start this many bytes into a page, where glibc's `malloc` starts its
-/// large (mmap'd) blocks: a copy between a program's `malloc`'d buffer and device memory then
-/// has source and destination at the same offset in their pages. MPI's single copy on one
-/// node runs at less than half its speed when the destination lies a few bytes to a few
-/// hundred bytes past the source within a page (4K aliasing; docs/cluster.md, "Copies").
-pub const LARGE_BLOCK_OFFSET: usize = 16;
+/// Large allocations start this many bytes into a page. MPI's single copy on one node (the
+/// kernel's, `process_vm_readv`) runs at a third of its speed when its destination lies a few
+/// bytes past its source within a page (8 and 16 measured; glibc's `memcpy` has the same
+/// trouble up to 256 bytes: 4K aliasing, docs/cluster.md, "Copies"), and the program's
+/// buffers mostly start a little way into a page: at 0 (page-aligned), 16 (glibc's `malloc`
+/// of large blocks) or another small multiple of 16. Half a page from there is far from all
+/// of them, both ways.
+pub const LARGE_BLOCK_PAGE_OFFSET: usize = 2048;
 
-/// Blocks of at least this size get [`LARGE_BLOCK_OFFSET`] (the arena gives them whole pages,
-/// and glibc's `malloc` maps blocks of 128 KiB and more by default).
+/// Allocations of at least this size get [`LARGE_BLOCK_PAGE_OFFSET`] (a page more is asked
+/// for them); copies of smaller ones are short.
 const LARGE_BLOCK: usize = 128 << 10;
+
+const PAGE: usize = 4096;
 
 /// Where a rank's device memory comes from.
 enum Store {
-    /// The arena its worker maps (one per rank: boxed); the block each allocation lies in
-    /// (large ones start [`LARGE_BLOCK_OFFSET`] bytes into theirs).
-    Arena { arena: Box<Arena>, blocks: HashMap<usize, usize> },
+    /// The arena its worker maps (one per rank: boxed).
+    Arena(Box<Arena>),
     /// The rank's own devices, served in its process: their memory is the rank's.
     Devices(Arc<Vec<Arc<dyn Device>>>),
 }
@@ -101,21 +104,26 @@ pub struct DeviceMemory {
     store: Store,
     devices: u32,
     table: Allocations,
+    /// The block each large allocation lies in, by the address given out.
+    blocks: HashMap<usize, usize>,
 }
 
 impl DeviceMemory {
     /// Device memory for `devices` devices in `arena`, which the worker has mapped (it
     /// acknowledged it).
     pub fn new(arena: Arena, devices: u32) -> DeviceMemory {
-        let store = Store::Arena { arena: Box::new(arena), blocks: HashMap::new() };
-        DeviceMemory { store, devices, table: Allocations::default() }
+        DeviceMemory::with(Store::Arena(Box::new(arena)), devices)
     }
 
     /// Device memory allocated by `devices`, opened in this process (a rank serving in
     /// process): their allocations are this process's memory.
     pub fn in_process(devices: Arc<Vec<Arc<dyn Device>>>) -> DeviceMemory {
         let count = u32::try_from(devices.len()).unwrap_or(u32::MAX);
-        DeviceMemory { store: Store::Devices(devices), devices: count, table: Allocations::default() }
+        DeviceMemory::with(Store::Devices(devices), count)
+    }
+
+    fn with(store: Store, devices: u32) -> DeviceMemory {
+        DeviceMemory { store, devices, table: Allocations::default(), blocks: HashMap::new() }
     }
 
     /// `size` bytes for `device`; `None` for a device this rank does not have, when the arena
@@ -125,14 +133,18 @@ impl DeviceMemory {
         if device >= self.devices {
             return None;
         }
-        let addr = match &mut self.store {
-            Store::Arena { arena, blocks } if size >= LARGE_BLOCK => {
-                let block = arena.alloc(size.checked_add(LARGE_BLOCK_OFFSET)?)?;
-                blocks.insert(block + LARGE_BLOCK_OFFSET, block);
-                block + LARGE_BLOCK_OFFSET
-            }
-            Store::Arena { arena, .. } => arena.alloc(size)?,
-            Store::Devices(devs) => devs[device as usize].alloc(size, AllocKind::Device).ok()?,
+        let large = size >= LARGE_BLOCK;
+        let room = if large { size.checked_add(PAGE)? } else { size };
+        let block = match &self.store {
+            Store::Arena(arena) => arena.alloc(room)?,
+            Store::Devices(devs) => devs[device as usize].alloc(room, AllocKind::Device).ok()?,
+        };
+        let addr = if large {
+            let addr = block + (LARGE_BLOCK_PAGE_OFFSET + PAGE - block % PAGE) % PAGE;
+            self.blocks.insert(addr, block);
+            addr
+        } else {
+            block
         };
         self.table.insert(device, addr, size.max(1));
         Some(addr)
@@ -144,9 +156,10 @@ impl DeviceMemory {
         if !self.table.remove(device, addr) {
             return false;
         }
-        match &mut self.store {
-            Store::Arena { arena, blocks } => arena.free(blocks.remove(&addr).unwrap_or(addr)),
-            Store::Devices(devs) => devs[device as usize].free(addr, AllocKind::Device).is_ok(),
+        let block = self.blocks.remove(&addr).unwrap_or(addr);
+        match &self.store {
+            Store::Arena(arena) => arena.free(block),
+            Store::Devices(devs) => devs[device as usize].free(block, AllocKind::Device).is_ok(),
         }
     }
 
@@ -155,7 +168,7 @@ impl DeviceMemory {
     pub fn range(&self, device: u32, addr: u64, len: usize) -> Option<DeviceRange> {
         let addr = usize::try_from(addr).ok()?;
         let inside = match &self.store {
-            Store::Arena { arena, .. } => arena.contains(addr, len),
+            Store::Arena(arena) => arena.contains(addr, len),
             Store::Devices(_) => true,
         };
         (len > 0 && self.table.holds(device, addr, len) && inside).then_some(DeviceRange { ptr: addr, len })
@@ -207,10 +220,10 @@ mod tests {
     }
 
     #[test]
-    fn large_arena_blocks_start_where_mallocs_large_blocks_do() {
+    fn large_blocks_start_half_a_page_in() {
         let mut m = DeviceMemory::new(Arena::create(1 << 26).unwrap(), 1);
         let large = m.alloc(0, 8 << 20).unwrap();
-        assert_eq!(large % 4096, LARGE_BLOCK_OFFSET);
+        assert_eq!(large % PAGE, LARGE_BLOCK_PAGE_OFFSET);
         assert_eq!(m.allocation(0, large), Some(DeviceRange { ptr: large, len: 8 << 20 }));
         assert!(m.range(0, large as u64, 8 << 20).is_some(), "all of it, up to its last byte");
         let small = m.alloc(0, 1000).unwrap();
@@ -232,6 +245,10 @@ mod tests {
             (0..2).map(|i| Arc::from(omp_plugin_host::HostPlugin.open_device(i).unwrap())).collect();
         let devs = Arc::new(devs);
         let mut m = DeviceMemory::in_process(devs.clone());
+        let large = m.alloc(0, 1 << 20).unwrap();
+        assert_eq!(large % PAGE, LARGE_BLOCK_PAGE_OFFSET, "placed inside the device's block");
+        assert!(devs[0].free(large, AllocKind::Device).is_err(), "not the address the device gave out");
+        assert!(m.free(0, large), "its block is freed on the device");
         let a = m.alloc(1, 4096).unwrap();
         let r = m.range(1, a as u64, 4096).expect("inside the allocation");
         // SAFETY: `r` is a live allocation of 4096 bytes of the host device, in this process.
