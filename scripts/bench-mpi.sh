@@ -7,7 +7,8 @@
 # both ways in the same run: with an offload-worker (the default) and in process
 # (`offload-mpi-device --in-process`). With perf, also the CPU time and context switches of
 # all the job's processes per empty target (a run of 2N launches minus a run of N). The
-# copies' figures are the best of MPI_BENCH_ROUNDS rounds (3). Needs `make dist` and Open MPI.
+# copies' figures are the best of MPI_BENCH_ROUNDS rounds (3), at real-time priority with
+# MPI_BENCH_RT=1. Needs `make dist` and Open MPI.
 # usage: scripts/bench-mpi.sh [empty-target runs]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -57,14 +58,18 @@ fi
 # Bandwidth: ROUNDS rounds, each measuring raw MPI and both modes back to back; the best of
 # each over the rounds is kept, so that a burst of load on a shared machine during one
 # measurement does not decide its ratio (as scripts/bench-remote.sh does).
+# MPI_BENCH_RT=1 runs each job at real-time priority (root; `chrt -f 1`, no core binding), which
+# stands in for a quiet machine when other work loads this one (docs/cluster.md, "Copies").
 rounds=${MPI_BENCH_ROUNDS:-3}
+bw=("${mpirun[@]}")
+[ "${MPI_BENCH_RT:-0}" = 1 ] && bw=(chrt -f 1 "${mpirun[@]}" --bind-to none)
 echo "== 64 MiB copies: the best of $rounds rounds, each raw MPI, worker and in process back to back"
 rm -f "$work"/bw-*.txt
 for r in $(seq "$rounds"); do
-  "${mpirun[@]}" -np 2 "$work/raw_pingpong" 0 >"$work/bw-raw-$r.txt"
-  "${mpirun[@]}" -np 1 "$work/bench_offload" 4 0 8 5 : -np 2 "$root/dist/bin/offload-mpi-device" \
+  "${bw[@]}" -np 2 "$work/raw_pingpong" 0 >"$work/bw-raw-$r.txt"
+  "${bw[@]}" -np 1 "$work/bench_offload" 4 0 8 5 : -np 2 "$root/dist/bin/offload-mpi-device" \
     >"$work/bw-worker-$r.txt"
-  "${mpirun[@]}" -np 1 "$work/bench_offload" 4 0 8 5 : -np 2 "$root/dist/bin/offload-mpi-device" --in-process \
+  "${bw[@]}" -np 1 "$work/bench_offload" 4 0 8 5 : -np 2 "$root/dist/bin/offload-mpi-device" --in-process \
     >"$work/bw-in-process-$r.txt"
 done
 # The best of one figure (GB/s) over the rounds of one kind.
