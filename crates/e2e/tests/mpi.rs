@@ -373,17 +373,20 @@ fn a_side_of_a_rank_to_rank_copy_that_dies_is_named_within_10_s() {
 }
 
 /// Copies of 48 MiB and an odd tail arrive byte for byte: from the program to a device, from
-/// there to a device of another rank, and back; parts at odd offsets that end at their
-/// allocation's last byte; a mapped array; a declare-target array (not an allocation: it goes
-/// through the worker).
+/// there to a device of another rank and to another device of the same rank, and back; parts at
+/// odd offsets that end at their allocation's last byte; a mapped array; a declare-target array
+/// (not an allocation: it goes through the request handling). With a worker and in process
+/// (where device memory is the rank's own, which MPI also reaches directly).
 #[cfg_attr(omp_e2e, test)]
 fn large_copies_arrive_byte_for_byte_both_ways_and_rank_to_rank() {
     let exe = build("big", "mpi/big_copies.c");
-    let want = "to device: rc=0 differ=0\nrank to rank: rc=0 differ=0\nfrom device: rc=0 differ=0\n\
-                parts: rc=0,0,0 differ=0,0,0\nmapped: differ=0\nglobal: differ=0,0\n";
+    let want = "to device: rc=0 differ=0\nrank to rank: rc=0 differ=0\nwithin a rank: rc=0 differ=0\n\
+                from device: rc=0 differ=0\nparts: rc=0,0,0 differ=0,0,0\nmapped: differ=0\nglobal: differ=0,0\n";
     for l in LAUNCHERS {
-        let (o, _) = mpirun(l, &[exe.to_str().unwrap()], 2, &[], &[]);
-        assert!(o.status.success(), "{l:?}: {}\n{}", o.status, text(&o.stderr));
-        assert_eq!(text(&o.stdout), want, "{l:?}: {}", text(&o.stderr));
+        for device_args in [&[][..], &[IN_PROCESS]] {
+            let (o, _) = mpirun(l, &[exe.to_str().unwrap()], 2, device_args, &[]);
+            assert!(o.status.success(), "{l:?} {device_args:?}: {}\n{}", o.status, text(&o.stderr));
+            assert_eq!(text(&o.stdout), want, "{l:?} {device_args:?}: {}", text(&o.stderr));
+        }
     }
 }

@@ -141,6 +141,11 @@ impl InProcess {
         Ok(InProcess { devs: Arc::new(devs), capture, kernels: Arc::default() })
     }
 
+    /// The devices served (their memory is this process's: [`crate::direct::DeviceMemory`]).
+    pub fn devices(&self) -> Arc<Vec<Arc<dyn Device>>> {
+        self.devs.clone()
+    }
+
     fn device(&self, index: u32) -> Result<&Arc<dyn Device>, CallError> {
         self.devs.get(index as usize).ok_or_else(|| CallError::Failed(format!("no device {index}")))
     }

@@ -288,6 +288,9 @@ struct Pending {
     slot: Arc<Slot>,
     /// A write's data send: complete before the call is (the caller's buffer is then free).
     data: Option<MpiRequest>,
+    /// A copy whose bytes are moving (a write's, or one between devices): its reply comes as
+    /// soon as they have moved.
+    bulk: bool,
 }
 
 /// A read's pieces being received straight into the caller's buffer, and the caller.
@@ -327,7 +330,7 @@ impl Progress {
     fn run(mut self, rx: Receiver<Msg>) {
         crate::slice::shorten_this_thread();
         loop {
-            let msg = if !self.sends.is_empty() || !self.recvs.is_empty() {
+            let msg = if self.moving() {
                 // A transfer moves only while MPI is called: poll.
                 std::thread::yield_now();
                 rx.try_recv().ok()
@@ -372,12 +375,20 @@ impl Progress {
         }
     }
 
+    /// Whether bytes are moving: a send, a read's pieces, a write's data or a copy between
+    /// devices, whose reply comes as soon as they have moved (waiting for it in sleeps would
+    /// add up to a sleep, up to 1 ms, to every copy).
+    fn moving(&self) -> bool {
+        !self.sends.is_empty() || !self.recvs.is_empty() || self.pending.values().any(|p| p.bulk)
+    }
+
     /// Sends a call; `false` when it could not be (its caller has its answer already).
     fn send(&mut self, c: Call) -> bool {
         if let Some(why) = self.lost.get(&c.rank) {
             c.slot.complete(Err(CallError::Died(why.clone())));
             return false;
         }
+        let copy = matches!(proto::split(&c.header), Some((_, OP_PEER_SEND | OP_PEER_RECV | OP_COPY_ACROSS, _)));
         let posted = self.post(c.rank, c.header, proto::TAG_REQUEST).and_then(|_| match c.data {
             Some((ptr, len)) => {
                 // SAFETY: the caller waits for this call, so its buffer stays readable until
@@ -388,7 +399,8 @@ impl Progress {
         });
         match posted {
             Ok(data) => {
-                self.pending.insert(c.id, Pending { rank: c.rank, reply: c.reply, slot: c.slot, data });
+                let bulk = data.is_some() || copy;
+                self.pending.insert(c.id, Pending { rank: c.rank, reply: c.reply, slot: c.slot, data, bulk });
                 true
             }
             Err(e) => {

@@ -8,7 +8,8 @@
 //! [`DEPTH`] pieces of a copy are being read, sent, received or written at once.
 //!
 //! When the copy's range lies in device memory this rank reaches itself (the arena shared
-//! with its worker, [`crate::direct`]), the worker is not asked: the pieces go straight from
+//! with its worker, or in process the devices' own memory: [`crate::direct`]), the worker is
+//! not asked: the pieces go straight from
 //! and into that memory, no buffer, no copier, [`DIRECT_DEPTH`] pieces in flight.
 //!
 //! Messages between two ranks with one tag arrive in the order they were sent, and a
@@ -144,9 +145,10 @@ impl Peers {
                         Copied::Piece { key, index, buf, result }
                     }
                     Job::Across { id, c: _, direct: Some((src, dst)) } => {
-                        // SAFETY: both ranges lie in live allocations of the arena (checked when
-                        // the request came), mapped read-write for the rank's life and holding no
-                        // Rust object; the program frees neither before this copy is answered.
+                        // SAFETY: both ranges lie in live allocations of device memory in this
+                        // process (checked when the request came: the arena, mapped read-write for
+                        // the rank's life, or the devices' own), holding no Rust object; the
+                        // program frees neither before this copy is answered.
                         unsafe { std::ptr::copy(src.ptr as *const u8, dst.ptr as *mut u8, src.len.min(dst.len)) };
                         Copied::Across { id, result: Ok(()) }
                     }
@@ -262,12 +264,10 @@ impl Peers {
                 t.begun += 1;
                 if let Some(range) = t.direct {
                     let part = t.part(range, index);
-                    // Straight from the arena when sending: the receiving rank's MPI reads it
-                    // into its own arena, which the kernel does at full speed (into a
-                    // program's private buffer it would not: serve/bulk.rs, `send_read`).
-                    // SAFETY: the piece lies in a live allocation of the arena (checked when
-                    // the copy began), mapped read-write for the rank's life; the program
-                    // does not use or free it before this copy is answered.
+                    // SAFETY: the piece lies in a live allocation of device memory in this
+                    // process (checked when the copy began: the arena, mapped read-write for
+                    // the rank's life, or the rank's own devices' memory); the program does
+                    // not use or free it before this copy is answered.
                     let started = unsafe {
                         if key.outgoing {
                             mpi.isend(part.ptr as *const u8, part.len, key.other, TAG_PEER)

@@ -10,7 +10,7 @@
 //! whose kernel runs for seconds, uses almost no CPU.
 
 use crate::backend::{Backend, InProcess};
-use crate::direct::DeviceMemory;
+use crate::direct::{DeviceMemory, DeviceRange};
 use crate::peer::{Copied, Peers};
 use crate::proto::{
     self, Backoff, CopyAcross, Hello, PeerCopy, MAX_CHUNK, MAX_REQUEST, OP_COPY_ACROSS, OP_PEER_RECV, OP_PEER_SEND,
@@ -49,6 +49,13 @@ struct Incoming {
     len: usize,
 }
 
+/// A read's pieces being sent, from `buf` or straight from device memory (`source`).
+struct Read {
+    pieces: Vec<MpiRequest>,
+    buf: Vec<u8>,
+    source: Option<DeviceRange>,
+}
+
 /// Buffers of copies at least this large go back to the pool, at most [`POOL`] of them.
 const POOLED: usize = 1 << 20;
 const POOL: usize = 4;
@@ -60,16 +67,15 @@ struct Serve {
     me: i32,
     device_ranks: Vec<i32>,
     worker: Arc<dyn Backend>,
-    /// The devices' memory, shared with the worker, which MPI reaches directly (`None`: the
-    /// worker could not map it and allocates device memory itself).
+    /// The devices' memory, which MPI reaches directly: shared with the worker, or in process
+    /// the rank's own (`None`: the worker could not map it and allocates device memory itself).
     memory: Option<DeviceMemory>,
     /// Copies to and from other device ranks, and between devices of this one.
     peers: Peers,
     events: Receiver<Event>,
     tx: Sender<Event>,
     sends: Vec<(MpiRequest, Vec<u8>)>,
-    /// Reads' pieces being sent, and the buffer they are sent from.
-    reads: Vec<(Vec<MpiRequest>, Vec<u8>)>,
+    reads: Vec<Read>,
     writes: Vec<Incoming>,
     /// Copy buffers kept for the next copies: a fresh 64 MiB buffer costs its page faults
     /// at every copy.
@@ -189,8 +195,8 @@ pub fn main(devices: u32, serving: Serving) -> i32 {
     .run()
 }
 
-/// Starts what serves the devices, and the devices' memory MPI reaches directly (only a
-/// worker's shared arena: in process, copies go through the request handling).
+/// Starts what serves the devices, and the devices' memory MPI reaches directly (a worker's
+/// shared arena, or in process the devices' own allocations).
 fn start_backend(
     serving: &Serving,
     devices: u32,
@@ -204,7 +210,9 @@ fn start_backend(
         }
         Serving::InProcess => {
             let output = move |is_err, b: &[u8]| drop(tx.send(Event::Output(is_err, b.to_vec())));
-            Ok((Arc::new(InProcess::start(&omp_plugin_host::HostPlugin, devices, output)?), None))
+            let served = InProcess::start(&omp_plugin_host::HostPlugin, devices, output)?;
+            let memory = DeviceMemory::in_process(served.devices());
+            Ok((Arc::new(served), Some(memory)))
         }
     }
 }
@@ -369,17 +377,15 @@ impl Serve {
                     Err(e) => return self.reply(id, Err(CallError::Failed(e))),
                 };
                 let direct = self.direct_range(device, addr, len);
-                if let (wire::OP_WRITE, Some(range)) = (op, direct) {
-                    return self.receive_direct(id, device, addr, range);
+                match (op, direct) {
+                    (wire::OP_WRITE, Some(range)) => return self.receive_direct(id, device, addr, range),
+                    (_, Some(range)) => return self.send_read(id, Vec::new(), len, Some(range)),
+                    _ => {}
                 }
                 let mut buf = self.buffer(len);
                 if op == wire::OP_READ {
-                    let read = match direct {
-                        Some(_) => Ok(()),
-                        None => self.worker.read_into(device, addr, &mut buf[..len]),
-                    };
-                    return match read {
-                        Ok(()) => self.send_read(id, buf, len, direct),
+                    return match self.worker.read_into(device, addr, &mut buf[..len]) {
+                        Ok(()) => self.send_read(id, buf, len, None),
                         Err(e) => {
                             self.recycle(buf);
                             self.reply(id, Err(e));

@@ -1,6 +1,7 @@
 // Costs on one device (argv[1], default the last): an empty target region (mean of argv[2]
 // runs), then 64 MiB host-to-device and device-to-host copies (omp_target_memcpy, best of
 // 5), and, for each further device argv[3], argv[4], ..., 64 MiB from the first device to it.
+// With 0 runs, only the copies.
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,17 +26,19 @@ int main(int argc, char **argv) {
   int host = omp_get_initial_device();
   int dev = argc > 1 ? atoi(argv[1]) : omp_get_num_devices() - 1;
   int runs = argc > 2 ? atoi(argv[2]) : 2000;
-  for (int i = 0; i < 100; i++) {
+  if (runs > 0) {
+    for (int i = 0; i < 100; i++) {
 #pragma omp target device(dev)
-    {}
-  }
-  double t = omp_get_wtime();
-  for (int i = 0; i < runs; i++) {
+      {}
+    }
+    double t = omp_get_wtime();
+    for (int i = 0; i < runs; i++) {
 #pragma omp target device(dev)
-    {}
+      {}
+    }
+    t = omp_get_wtime() - t;
+    printf("empty target: %.2f us\n", 1e6 * t / runs);
   }
-  t = omp_get_wtime() - t;
-  printf("empty target: %.2f us\n", 1e6 * t / runs);
   char *h = malloc(BYTES);
   memset(h, 7, BYTES);
   void *d = omp_target_alloc(BYTES, dev);

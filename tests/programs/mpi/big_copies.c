@@ -1,6 +1,7 @@
 // Large copies to, from and between MPI devices (docs/cluster.md, "Copies"), byte for byte:
 // 48 MiB and an odd tail from the program to device 4 (device 0 of MPI rank 1), from there to
-// device 8 (device 0 of rank 2, rank to rank), and back to the program; a part at odd offsets
+// device 8 (device 0 of rank 2, rank to rank) and to device 5 (within rank 1), and back to the
+// program; a part at odd offsets
 // that ends at its allocation's last byte; a mapped array a kernel changes; and a
 // declare-target array (memory of the worker's image, not an allocation). Kernels on the
 // devices count the bytes that differ.
@@ -43,6 +44,10 @@ int main(void) {
   printf("to device: rc=%d differ=%ld\n", up, differ_on(a, on_a, N, 0));
   int across = omp_target_memcpy(on_b, on_a, N, 0, 0, b, a);
   printf("rank to rank: rc=%d differ=%ld\n", across, differ_on(b, on_b, N, 0));
+  unsigned char *on_c = omp_target_alloc(N, a + 1);
+  int within = on_c ? omp_target_memcpy(on_c, on_a, N, 0, 0, a + 1, a) : -1;
+  printf("within a rank: rc=%d differ=%ld\n", within, on_c ? differ_on(a + 1, on_c, N, 0) : -1);
+  omp_target_free(on_c, a + 1);
   memset(back, 0, N);
   int down = omp_target_memcpy(back, on_b, N, 0, 0, host, b);
   printf("from device: rc=%d differ=%d\n", down, memcmp(back, buf, N) != 0);

@@ -1,10 +1,11 @@
 //! A device rank's bulk copies that skip its buffers and its worker (docs/cluster.md, "Copies"):
-//! the devices allocate from the arena the rank shares with its worker ([`DeviceMemory`]), and
-//! a write's bytes are received, a read's sent, straight there, once the range from the wire
-//! was found inside one live allocation of the device it names. Everything else (no arena, a
-//! global, an allocation the worker made) goes the old way, through a buffer and the worker.
+//! the devices allocate from the arena the rank shares with its worker, or in process from
+//! the rank's own devices ([`DeviceMemory`]), and a write's bytes are received, a read's sent,
+//! straight there, once the range from the wire was found inside one live allocation of the
+//! device it names. Everything else (no arena, a global, an allocation the worker made) goes
+//! the old way, through a buffer and the request handling.
 
-use super::{Incoming, Serve};
+use super::{Incoming, Read, Serve};
 use crate::direct::{DeviceMemory, DeviceRange};
 use crate::proto;
 use omp_plugin_isolate::arena::Arena;
@@ -34,11 +35,26 @@ impl Serve {
             let addr = memory.alloc(device, usize::try_from(value).ok()?)?;
             return Some(Ok(Response::Addr(addr as u64)));
         }
-        memory.free(device, usize::try_from(value).ok()?).then_some(Ok(Response::Done))
+        let addr = usize::try_from(value).ok()?;
+        if let Some(freed) = memory.allocation(device, addr) {
+            self.finish_reads_from(freed);
+        }
+        self.memory.as_mut()?.free(device, addr).then_some(Ok(Response::Done))
+    }
+
+    /// Waits until no read's piece is being sent from `range` (memory about to be freed): the
+    /// program has received them all before it frees, but MPI may complete a send here a
+    /// moment after its receive completed there.
+    fn finish_reads_from(&mut self, range: DeviceRange) {
+        while self.reads.iter().any(|r| r.source.is_some_and(|s| s.overlaps(&range))) {
+            self.finish_reads();
+            std::thread::yield_now();
+        }
     }
 
     /// Where `[addr, addr+len)` of `device` lies in this rank's memory, when MPI may move it
-    /// there directly: inside one live allocation of that device in the arena, the worker alive.
+    /// there directly: inside one live allocation of that device in its memory here, the
+    /// worker (if any) alive.
     pub(super) fn direct_range(&self, device: u32, addr: u64, len: usize) -> Option<DeviceRange> {
         let range = self.memory.as_ref()?.range(device, addr, len)?;
         // A lost device's memory is not used again (its copies fail the old way, naming how
@@ -48,9 +64,10 @@ impl Serve {
 
     /// A write of request `id` received straight into device memory.
     pub(super) fn receive_direct(&mut self, id: u64, device: u32, addr: u64, range: DeviceRange) {
-        // SAFETY: `range` lies inside a live allocation of the arena, mapped read-write in
-        // this process for the rank's life; the program waits for this write's reply, sent
-        // once the receive completed, before it uses or frees that memory.
+        // SAFETY: `range` lies inside a live allocation of device memory in this process (the
+        // arena, mapped read-write for the rank's life, or the devices' own); the program
+        // waits for this write's reply, sent once the receive completed, before it uses or
+        // frees that memory.
         match unsafe { self.mpi.irecv(range.ptr as *mut u8, range.len, self.program, proto::TAG_TO_DEVICE) } {
             Ok(req) => self.writes.push(Incoming { req, id, device, addr, buf: None, len: range.len }),
             Err(e) => {
@@ -60,28 +77,17 @@ impl Serve {
         }
     }
 
-    /// Answers read `id`, then sends its `len` bytes from `buf` in pieces ([`proto::pieces`]);
-    /// with `source`, its device memory here, each piece is first copied from there, so the
-    /// first pieces travel while the next are gathered.
-    ///
-    /// The copy into `buf` is there because MPI's receiver on this node reads the bytes out of
-    /// this process (Open MPI's `process_vm_readv`), which the kernel does at a third of the
-    /// speed from shared memory (the arena) into private memory (the program's buffer) as from
-    /// private memory (measured: docs/cluster.md, "Copies"). A write needs no such copy: the
-    /// rank reads the program's buffer into its own memory.
-    pub(super) fn send_read(&mut self, id: u64, mut buf: Vec<u8>, len: usize, source: Option<DeviceRange>) {
+    /// Answers read `id`, then sends its `len` bytes in pieces ([`proto::pieces`]): from
+    /// `buf`, or with `source`, straight from device memory in this process.
+    pub(super) fn send_read(&mut self, id: u64, buf: Vec<u8>, len: usize, source: Option<DeviceRange>) {
         self.send(proto::message(id, wire::STATUS_OK, &[]));
-        let base = buf.as_mut_ptr();
+        let base = source.map_or(buf.as_ptr(), |s| s.ptr as *const u8);
         let mut pieces = Vec::new();
         for (at, n) in proto::pieces(len) {
-            if let Some(src) = source {
-                // SAFETY: `src` lies inside a live allocation of the arena (at least `len`
-                // bytes), mapped in this process for the rank's life; `buf` holds at least
-                // `len` bytes, none of them sent yet past `at`.
-                unsafe { std::ptr::copy_nonoverlapping((src.ptr + at) as *const u8, base.add(at), n) };
-            }
-            // SAFETY: `buf` is kept in `reads` until every piece's send completed, and not
-            // touched meanwhile.
+            // SAFETY: `buf` (at least `len` bytes) is kept in `reads` until every piece's send
+            // completed, and not touched meanwhile; or `source`, `len` bytes inside a live
+            // allocation of device memory mapped in this process, which is not freed before
+            // those sends completed (`finish_reads_from`).
             match unsafe { self.mpi.isend(base.add(at), n, self.program, proto::TAG_TO_PROGRAM) } {
                 Ok(req) => pieces.push(req),
                 Err(e) => {
@@ -90,7 +96,7 @@ impl Serve {
                 }
             }
         }
-        self.reads.push((pieces, buf));
+        self.reads.push(Read { pieces, buf, source });
     }
 
     /// Reads whose pieces were all sent give their buffers back.
@@ -98,10 +104,10 @@ impl Serve {
         let mut i = 0;
         while i < self.reads.len() {
             let mpi = &self.mpi;
-            self.reads[i].0.retain_mut(|r| !mpi.test(r).unwrap_or(true));
-            if self.reads[i].0.is_empty() {
-                let (_, buf) = self.reads.swap_remove(i);
-                self.recycle(buf);
+            self.reads[i].pieces.retain_mut(|r| !mpi.test(r).unwrap_or(true));
+            if self.reads[i].pieces.is_empty() {
+                let read = self.reads.swap_remove(i);
+                self.recycle(read.buf);
             } else {
                 i += 1;
             }
