@@ -5,13 +5,15 @@
 //! rank and its devices, no reader thread, kernels run in the rank (docs/cluster.md, "In
 //! process"). A kernel that faults then ends the rank, which the MPI launcher reports.
 
+use crate::proto::{yield_cheaply, SPIN};
 use omp_plugin::{Device, Plugin};
 use omp_worker::client::Expect;
 use omp_worker::serve::{self, Capture, OutputSink};
 use omp_worker::wire;
 use omp_worker::{CallError, Request, Worker};
 use std::collections::VecDeque;
-use std::sync::{Arc, Condvar, Mutex, PoisonError};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
+use std::time::Instant;
 
 /// A call's completion, as [`Worker::send`] takes it.
 pub type Done = omp_worker::client::Done;
@@ -20,6 +22,12 @@ pub type Done = omp_worker::client::Done;
 pub trait Backend: Send + Sync {
     /// Runs `req`; `done` is called once with its reply, on any thread.
     fn send(&self, req: &Request, done: Done);
+    /// As [`Backend::send`], but a launch that would run on a thread of this process comes
+    /// back as a job for the caller to run itself (in process): one thread hand-off less.
+    fn send_or_hand_back(&self, req: &Request, done: Done) -> Option<Job> {
+        self.send(req, done);
+        None
+    }
     /// Fills `buf` with the bytes at device address `addr` of `device`.
     fn read_into(&self, device: u32, addr: u64, buf: &mut [u8]) -> Result<(), CallError>;
     /// Copies `data` to device address `addr` of `device`.
@@ -33,8 +41,14 @@ pub trait Backend: Send + Sync {
 }
 
 impl Backend for Worker {
+    /// A small request's reply is read on this thread when it comes within a look
+    /// ([`Worker::send_and_look`]): no hand-off through the client's reader thread. An
+    /// image's load is only sent (it takes long, and would teach the look to give up early).
     fn send(&self, req: &Request, done: Done) {
-        Worker::send(self, req, done)
+        match req {
+            Request::Load { .. } => Worker::send(self, req, done),
+            _ => Worker::send_and_look(self, req, done),
+        }
     }
     fn read_into(&self, device: u32, addr: u64, buf: &mut [u8]) -> Result<(), CallError> {
         Worker::read_into(self, device, addr, buf)
@@ -53,11 +67,15 @@ impl Backend for Worker {
     }
 }
 
-/// A launch waiting for a kernel thread.
-type Job = Box<dyn FnOnce() + Send>;
+/// A launch waiting for a kernel thread: runs the kernel, and returns what delivers its
+/// result (run once the thread is free for the next launch, which the result may bring).
+pub type Job = Box<dyn FnOnce() -> Deliver + Send>;
+pub type Deliver = Box<dyn FnOnce() + Send>;
 
 /// Kernel threads: each runs one launch at a time; one more starts when a launch finds none
-/// idle, so a long kernel never holds up another (as the worker's threads do).
+/// idle, so a long kernel never holds up another (as the worker's threads do). A thread that
+/// ran a launch looks for the next one for [`SPIN`] before it sleeps: launches in a loop then
+/// never wait for a sleeping thread's wake-up (tens of microseconds on a virtual machine).
 #[derive(Default)]
 struct Kernels {
     queue: Mutex<Queue>,
@@ -67,21 +85,30 @@ struct Kernels {
 #[derive(Default)]
 struct Queue {
     jobs: VecDeque<Job>,
-    /// Threads waiting for a job.
+    /// Threads asleep, waiting for a job.
     idle: usize,
+    /// Threads looking for a job without sleeping, or starting (each takes one without
+    /// being told).
+    looking: usize,
 }
 
 impl Kernels {
     fn run(self: &Arc<Self>, job: Job) {
         let mut q = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
         q.jobs.push_back(job);
-        // Each idle thread takes one job.
-        let spawn = q.jobs.len() > q.idle;
-        drop(q);
-        if !spawn {
+        // Each looking thread, then each idle one, takes one job.
+        let (queued, looking, idle) = (q.jobs.len(), q.looking, q.idle);
+        if queued <= looking {
+            return;
+        }
+        if queued <= looking + idle {
+            drop(q);
             self.ready.notify_one();
             return;
         }
+        // The new thread counts as looking from now on: it takes a job as it starts.
+        q.looking += 1;
+        drop(q);
         let me = self.clone();
         let started = std::thread::Builder::new()
             .name("omp-mpi-kernel".into())
@@ -96,20 +123,42 @@ impl Kernels {
         }
     }
 
-    /// A kernel thread: runs jobs as they come.
+    /// A kernel thread, started counted as looking: runs jobs as they come.
     fn serve(&self) {
         let mut q = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
+        q.looking -= 1;
         loop {
             if let Some(job) = q.jobs.pop_front() {
                 drop(q);
-                job();
-                q = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
+                let deliver = job();
+                q = self.look_for_a_job(deliver);
                 continue;
             }
             q.idle += 1;
             q = self.ready.wait_while(q, |q| q.jobs.is_empty()).unwrap_or_else(PoisonError::into_inner);
             q.idle -= 1;
         }
+    }
+
+    /// Delivers a launch's result, then looks for a job, yielding the CPU between looks, for
+    /// at most [`SPIN`] (less when a yield gave the CPU away: [`yield_cheaply`]); returns the queue locked, with a job or not. The thread counts as
+    /// looking before the result goes out: the next launch, which may follow it at once,
+    /// then starts no thread.
+    fn look_for_a_job(&self, deliver: Deliver) -> MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(PoisonError::into_inner).looking += 1;
+        deliver();
+        let start = Instant::now();
+        let mut q = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
+        while q.jobs.is_empty() && start.elapsed() < SPIN {
+            drop(q);
+            let cheap = yield_cheaply();
+            q = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
+            if !cheap {
+                break;
+            }
+        }
+        q.looking -= 1;
+        q
     }
 }
 
@@ -181,24 +230,32 @@ copy of the device rank, not of the program) returned from the region; it was en
 
 impl Backend for InProcess {
     fn send(&self, req: &Request, done: Done) {
+        if let Some(job) = self.send_or_hand_back(req, done) {
+            self.kernels.run(job);
+        }
+    }
+
+    fn send_or_hand_back(&self, req: &Request, done: Done) -> Option<Job> {
         if let Request::Read { len, .. } = *req {
             if len > wire::MAX_READ as u64 {
                 let e = format!("a relayed read of {len} bytes exceeds the limit of {}", wire::MAX_READ);
-                return done(Err(CallError::Failed(e)));
+                done(Err(CallError::Failed(e)));
+                return None;
             }
         }
         let (op, head, body, expect) = req.encode();
         let payload = [head.as_slice(), body].concat();
         if op != wire::OP_LAUNCH {
-            return complete(&self.capture, serve::execute(&self.devs, op, &payload), expect, done);
+            complete(&self.capture, serve::execute(&self.devs, op, &payload), expect, done);
+            return None;
         }
         let (devs, capture) = (self.devs.clone(), self.capture.clone());
         let rank = std::process::id();
-        self.kernels.run(Box::new(move || {
+        Some(Box::new(move || {
             let result = serve::execute(&devs, op, &payload);
             forked_child_ends(rank);
-            complete(&capture, result, expect, done)
-        }));
+            Box::new(move || complete(&capture, result, expect, done))
+        }))
     }
 
     fn read_into(&self, device: u32, addr: u64, buf: &mut [u8]) -> Result<(), CallError> {
@@ -248,9 +305,9 @@ mod tests {
         // The first launch runs until the second has finished.
         kernels.run(Box::new(move || {
             held.recv().unwrap();
-            first_done.send("first").unwrap();
+            Box::new(move || first_done.send("first").unwrap())
         }));
-        kernels.run(Box::new(move || done.send("second").unwrap()));
+        kernels.run(Box::new(move || Box::new(move || done.send("second").unwrap())));
         assert_eq!(finished.recv_timeout(Duration::from_secs(20)), Ok("second"));
         release.send(()).unwrap();
         assert_eq!(finished.recv_timeout(Duration::from_secs(20)), Ok("first"));
@@ -263,7 +320,11 @@ mod tests {
         let mut threads = std::collections::HashSet::new();
         for _ in 0..20 {
             let done = done.clone();
-            kernels.run(Box::new(move || done.send(std::thread::current().id()).unwrap()));
+            let ran_on = std::thread::current;
+            kernels.run(Box::new(move || {
+                let id = ran_on().id();
+                Box::new(move || done.send(id).unwrap())
+            }));
             threads.insert(finished.recv_timeout(Duration::from_secs(20)).unwrap());
         }
         // One launch at a time: the thread that ran the first is idle (or about to be) for the
