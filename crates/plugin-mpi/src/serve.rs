@@ -318,11 +318,16 @@ impl Serve {
                 }
             }
             // Calls this thread completed itself (in process) are answered at once.
-            while let Ok(e) = self.events.try_recv() {
-                self.event(e);
-            }
+            self.take_events();
         }
         None
+    }
+
+    /// Handles what came through the channel (replies, output, copied pieces).
+    fn take_events(&mut self) {
+        while let Ok(e) = self.events.try_recv() {
+            self.event(e);
+        }
     }
 
     fn event(&mut self, e: Event) {

@@ -200,3 +200,43 @@ impl Shared {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::Arc;
+
+    #[test]
+    fn a_result_is_taken_once_whether_it_came_before_or_during_the_sleep() {
+        let slot = Slot::default();
+        assert!(slot.take().is_none(), "nothing before the reply");
+        slot.complete(Ok(Response::Done));
+        assert_eq!(slot.take(), Some(Ok(Response::Done)));
+        assert!(slot.take().is_none(), "taken once");
+
+        let slot = Arc::new(Slot::default());
+        let replier = slot.clone();
+        let reply = std::thread::spawn(move || {
+            // Completes once the caller sleeps (or has its result at once, if it never did).
+            while !replier.state.lock().sleeping {
+                std::thread::yield_now();
+            }
+            replier.complete(Err(CallError::Failed("no".into())));
+        });
+        assert_eq!(slot.sleep(), Err(CallError::Failed("no".into())), "the sleeper is woken with its result");
+        reply.join().unwrap();
+    }
+
+    #[test]
+    fn a_ring_before_the_wait_is_not_lost_and_is_used_once() {
+        let bell = Arc::new(Bell::default());
+        bell.ring();
+        bell.wait(None); // returns: the ring came first
+        assert!(!*bell.rung.lock(), "the ring is used up");
+        bell.wait(Some(Duration::from_millis(1))); // no ring: returns after its limit
+        let ringer = bell.clone();
+        let ring = std::thread::spawn(move || ringer.ring());
+        bell.wait(None);
+        ring.join().unwrap();
+    }
+}

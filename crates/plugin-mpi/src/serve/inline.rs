@@ -66,6 +66,8 @@ pub(super) fn run(mut serve: Serve, in_process: bool) -> i32 {
         }
         if let Some(job) = job {
             shared.run_inline(job);
+            // Its reply goes out now, not after the next turn's first yield.
+            shared.serve.lock().take_events();
         }
     }
 }
