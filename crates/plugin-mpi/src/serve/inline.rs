@@ -72,6 +72,11 @@ pub(super) fn run(mut serve: Serve, in_process: bool) -> i32 {
     }
 }
 
+/// Whether a launch runs on the serving thread, by [`Shared::launches`].
+fn a_launch_runs(launches: u64) -> bool {
+    !launches.is_multiple_of(2)
+}
+
 impl Shared {
     /// Runs a launch on this thread, the serving state let go meanwhile.
     fn run_inline(&self, job: Job) {
@@ -96,7 +101,7 @@ impl Shared {
             if now != last {
                 (last, last_change) = (now, Instant::now());
             }
-            if now % 2 == 1 {
+            if a_launch_runs(now) {
                 if watched == Some(now) {
                     self.serve_while(now);
                     watched = None;
@@ -106,7 +111,7 @@ impl Shared {
             } else {
                 watched = None;
             }
-            if now % 2 == 0 && last_change.elapsed() > QUIET {
+            if !a_launch_runs(now) && last_change.elapsed() > QUIET {
                 self.sleep_until_a_launch();
             } else {
                 std::thread::sleep(TAKEOVER);
@@ -129,7 +134,7 @@ impl Shared {
         let mut rung = self.rung.lock();
         self.asleep.store(true, Ordering::SeqCst);
         // A launch that started before `asleep` was seen does not ring: look once more.
-        while !*rung && self.launches.load(Ordering::SeqCst) % 2 == 0 {
+        while !*rung && !a_launch_runs(self.launches.load(Ordering::SeqCst)) {
             rung = self.ring.wait(rung);
         }
         self.asleep.store(false, Ordering::SeqCst);
