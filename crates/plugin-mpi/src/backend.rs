@@ -167,6 +167,8 @@ pub struct InProcess {
     devs: Arc<Vec<Arc<dyn Device>>>,
     capture: Arc<Capture>,
     kernels: Arc<Kernels>,
+    /// The rank's pid (a process forked by a kernel has another).
+    pid: u32,
 }
 
 impl InProcess {
@@ -187,7 +189,7 @@ impl InProcess {
             Ok(())
         });
         let capture = Capture::start(sink)?;
-        Ok(InProcess { devs: Arc::new(devs), capture, kernels: Arc::default() })
+        Ok(InProcess { devs: Arc::new(devs), capture, kernels: Arc::default(), pid: std::process::id() })
     }
 
     fn device(&self, index: u32) -> Result<&Arc<dyn Device>, CallError> {
@@ -250,7 +252,7 @@ impl Backend for InProcess {
             return None;
         }
         let (devs, capture) = (self.devs.clone(), self.capture.clone());
-        let rank = std::process::id();
+        let rank = self.pid;
         Some(Box::new(move || {
             let result = serve::execute(&devs, op, &payload);
             forked_child_ends(rank);
@@ -279,7 +281,7 @@ impl Backend for InProcess {
     }
 
     fn pid(&self) -> i32 {
-        std::process::id() as i32
+        self.pid as i32
     }
 
     fn stop(&self) {
