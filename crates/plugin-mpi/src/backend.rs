@@ -5,15 +5,13 @@
 //! rank and its devices, no reader thread, kernels run in the rank (docs/cluster.md, "In
 //! process"). A kernel that faults then ends the rank, which the MPI launcher reports.
 
-use crate::proto::{yield_cheaply, SPIN};
 use omp_plugin::{Device, Plugin};
 use omp_worker::client::Expect;
 use omp_worker::serve::{self, Capture, OutputSink};
 use omp_worker::wire;
 use omp_worker::{CallError, Request, Worker};
 use std::collections::VecDeque;
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
-use std::time::Instant;
+use std::sync::{Arc, Condvar, Mutex, PoisonError};
 
 /// A call's completion, as [`Worker::send`] takes it.
 pub type Done = omp_worker::client::Done;
@@ -67,15 +65,12 @@ impl Backend for Worker {
     }
 }
 
-/// A launch waiting for a kernel thread: runs the kernel, and returns what delivers its
-/// result (run once the thread is free for the next launch, which the result may bring).
+/// A launch: runs the kernel, and returns what delivers its result.
 pub type Job = Box<dyn FnOnce() -> Deliver + Send>;
 pub type Deliver = Box<dyn FnOnce() + Send>;
 
 /// Kernel threads: each runs one launch at a time; one more starts when a launch finds none
-/// idle, so a long kernel never holds up another (as the worker's threads do). A thread that
-/// ran a launch looks for the next one for [`SPIN`] before it sleeps: launches in a loop then
-/// never wait for a sleeping thread's wake-up (tens of microseconds on a virtual machine).
+/// idle, so a long kernel never holds up another (as the worker's threads do).
 #[derive(Default)]
 struct Kernels {
     queue: Mutex<Queue>,
@@ -85,30 +80,21 @@ struct Kernels {
 #[derive(Default)]
 struct Queue {
     jobs: VecDeque<Job>,
-    /// Threads asleep, waiting for a job.
+    /// Threads waiting for a job.
     idle: usize,
-    /// Threads looking for a job without sleeping, or starting (each takes one without
-    /// being told).
-    looking: usize,
 }
 
 impl Kernels {
     fn run(self: &Arc<Self>, job: Job) {
         let mut q = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
         q.jobs.push_back(job);
-        // Each looking thread, then each idle one, takes one job.
-        let (queued, looking, idle) = (q.jobs.len(), q.looking, q.idle);
-        if queued <= looking {
-            return;
-        }
-        if queued <= looking + idle {
-            drop(q);
+        // Each idle thread takes one job.
+        let spawn = q.jobs.len() > q.idle;
+        drop(q);
+        if !spawn {
             self.ready.notify_one();
             return;
         }
-        // The new thread counts as looking from now on: it takes a job as it starts.
-        q.looking += 1;
-        drop(q);
         let me = self.clone();
         let started = std::thread::Builder::new()
             .name("omp-mpi-kernel".into())
@@ -123,42 +109,20 @@ impl Kernels {
         }
     }
 
-    /// A kernel thread, started counted as looking: runs jobs as they come.
+    /// A kernel thread: runs jobs as they come.
     fn serve(&self) {
         let mut q = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
-        q.looking -= 1;
         loop {
             if let Some(job) = q.jobs.pop_front() {
                 drop(q);
-                let deliver = job();
-                q = self.look_for_a_job(deliver);
+                job()();
+                q = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
                 continue;
             }
             q.idle += 1;
             q = self.ready.wait_while(q, |q| q.jobs.is_empty()).unwrap_or_else(PoisonError::into_inner);
             q.idle -= 1;
         }
-    }
-
-    /// Delivers a launch's result, then looks for a job, yielding the CPU between looks, for
-    /// at most [`SPIN`] (less when a yield gave the CPU away: [`yield_cheaply`]); returns the queue locked, with a job or not. The thread counts as
-    /// looking before the result goes out: the next launch, which may follow it at once,
-    /// then starts no thread.
-    fn look_for_a_job(&self, deliver: Deliver) -> MutexGuard<'_, Queue> {
-        self.queue.lock().unwrap_or_else(PoisonError::into_inner).looking += 1;
-        deliver();
-        let start = Instant::now();
-        let mut q = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
-        while q.jobs.is_empty() && start.elapsed() < SPIN {
-            drop(q);
-            let cheap = yield_cheaply();
-            q = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
-            if !cheap {
-                break;
-            }
-        }
-        q.looking -= 1;
-        q
     }
 }
 
