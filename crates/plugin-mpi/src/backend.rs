@@ -20,6 +20,12 @@ pub type Done = omp_worker::client::Done;
 pub trait Backend: Send + Sync {
     /// Runs `req`; `done` is called once with its reply, on any thread.
     fn send(&self, req: &Request, done: Done);
+    /// As [`Backend::send`], but a launch that would run on a thread of this process comes
+    /// back as a job for the caller to run itself (in process): one thread hand-off less.
+    fn send_or_hand_back(&self, req: &Request, done: Done) -> Option<Job> {
+        self.send(req, done);
+        None
+    }
     /// Fills `buf` with the bytes at device address `addr` of `device`.
     fn read_into(&self, device: u32, addr: u64, buf: &mut [u8]) -> Result<(), CallError>;
     /// Copies `data` to device address `addr` of `device`.
@@ -33,8 +39,14 @@ pub trait Backend: Send + Sync {
 }
 
 impl Backend for Worker {
+    /// A small request's reply is read on this thread when it comes within a look
+    /// ([`Worker::send_and_look`]): no hand-off through the client's reader thread. An
+    /// image's load is only sent (it takes long, and would teach the look to give up early).
     fn send(&self, req: &Request, done: Done) {
-        Worker::send(self, req, done)
+        match req {
+            Request::Load { .. } => Worker::send(self, req, done),
+            _ => Worker::send_and_look(self, req, done),
+        }
     }
     fn read_into(&self, device: u32, addr: u64, buf: &mut [u8]) -> Result<(), CallError> {
         Worker::read_into(self, device, addr, buf)
@@ -53,8 +65,9 @@ impl Backend for Worker {
     }
 }
 
-/// A launch waiting for a kernel thread.
-type Job = Box<dyn FnOnce() + Send>;
+/// A launch: runs the kernel, and returns what delivers its result.
+pub type Job = Box<dyn FnOnce() -> Deliver + Send>;
+pub type Deliver = Box<dyn FnOnce() + Send>;
 
 /// Kernel threads: each runs one launch at a time; one more starts when a launch finds none
 /// idle, so a long kernel never holds up another (as the worker's threads do).
@@ -102,7 +115,7 @@ impl Kernels {
         loop {
             if let Some(job) = q.jobs.pop_front() {
                 drop(q);
-                job();
+                job()();
                 q = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
                 continue;
             }
@@ -118,6 +131,8 @@ pub struct InProcess {
     devs: Arc<Vec<Arc<dyn Device>>>,
     capture: Arc<Capture>,
     kernels: Arc<Kernels>,
+    /// The rank's pid (a process forked by a kernel has another).
+    pid: u32,
 }
 
 impl InProcess {
@@ -138,7 +153,7 @@ impl InProcess {
             Ok(())
         });
         let capture = Capture::start(sink)?;
-        Ok(InProcess { devs: Arc::new(devs), capture, kernels: Arc::default() })
+        Ok(InProcess { devs: Arc::new(devs), capture, kernels: Arc::default(), pid: std::process::id() })
     }
 
     /// The devices served (their memory is this process's: [`crate::direct::DeviceMemory`]).
@@ -186,24 +201,32 @@ copy of the device rank, not of the program) returned from the region; it was en
 
 impl Backend for InProcess {
     fn send(&self, req: &Request, done: Done) {
+        if let Some(job) = self.send_or_hand_back(req, done) {
+            self.kernels.run(job);
+        }
+    }
+
+    fn send_or_hand_back(&self, req: &Request, done: Done) -> Option<Job> {
         if let Request::Read { len, .. } = *req {
             if len > wire::MAX_READ as u64 {
                 let e = format!("a relayed read of {len} bytes exceeds the limit of {}", wire::MAX_READ);
-                return done(Err(CallError::Failed(e)));
+                done(Err(CallError::Failed(e)));
+                return None;
             }
         }
         let (op, head, body, expect) = req.encode();
         let payload = [head.as_slice(), body].concat();
         if op != wire::OP_LAUNCH {
-            return complete(&self.capture, serve::execute(&self.devs, op, &payload), expect, done);
+            complete(&self.capture, serve::execute(&self.devs, op, &payload), expect, done);
+            return None;
         }
         let (devs, capture) = (self.devs.clone(), self.capture.clone());
-        let rank = std::process::id();
-        self.kernels.run(Box::new(move || {
+        let rank = self.pid;
+        Some(Box::new(move || {
             let result = serve::execute(&devs, op, &payload);
             forked_child_ends(rank);
-            complete(&capture, result, expect, done)
-        }));
+            Box::new(move || complete(&capture, result, expect, done))
+        }))
     }
 
     fn read_into(&self, device: u32, addr: u64, buf: &mut [u8]) -> Result<(), CallError> {
@@ -227,7 +250,7 @@ impl Backend for InProcess {
     }
 
     fn pid(&self) -> i32 {
-        std::process::id() as i32
+        self.pid as i32
     }
 
     fn stop(&self) {
@@ -253,9 +276,9 @@ mod tests {
         // The first launch runs until the second has finished.
         kernels.run(Box::new(move || {
             held.recv().unwrap();
-            first_done.send("first").unwrap();
+            Box::new(move || first_done.send("first").unwrap())
         }));
-        kernels.run(Box::new(move || done.send("second").unwrap()));
+        kernels.run(Box::new(move || Box::new(move || done.send("second").unwrap())));
         assert_eq!(finished.recv_timeout(Duration::from_secs(20)), Ok("second"));
         release.send(()).unwrap();
         assert_eq!(finished.recv_timeout(Duration::from_secs(20)), Ok("first"));
@@ -268,7 +291,11 @@ mod tests {
         let mut threads = std::collections::HashSet::new();
         for _ in 0..20 {
             let done = done.clone();
-            kernels.run(Box::new(move || done.send(std::thread::current().id()).unwrap()));
+            let ran_on = std::thread::current;
+            kernels.run(Box::new(move || {
+                let id = ran_on().id();
+                Box::new(move || done.send(id).unwrap())
+            }));
             threads.insert(finished.recv_timeout(Duration::from_secs(20)).unwrap());
         }
         // One launch at a time: the thread that ran the first is idle (or about to be) for the

@@ -1,8 +1,8 @@
-//! The program's side of the MPI link: one thread owns MPI (`MPI_THREAD_SERIALIZED`) and
-//! carries every device call to its rank and the reply back; callers wait on a condition
-//! variable, never on MPI. While a transfer is in flight the thread polls; while replies are
-//! only due it backs off ([`Backoff`]), so a program waiting for a long kernel uses almost
-//! no CPU.
+//! The program's side of the MPI link: carries every device call to its rank and the reply
+//! back. MPI is `MPI_THREAD_SERIALIZED`: a caller that finds it free drives it itself until
+//! its reply is in, for a short while; after that the `omp-mpi` thread moves its call,
+//! polling while a transfer is in flight and otherwise backing off ([`Backoff`]), so a
+//! program waiting for a long kernel uses almost no CPU ([`drive`]).
 
 use crate::device::HostBlocks;
 use crate::proto::{
@@ -15,8 +15,11 @@ use omp_worker::client::{decode, Expect};
 use omp_worker::{wire, CallError, Request, Response};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
-use std::sync::{Arc, Condvar};
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::Arc;
+
+mod drive;
+use drive::{Next, Shared, Slot};
 
 /// A device rank, as the program sees it.
 #[derive(Debug, Clone)]
@@ -24,31 +27,6 @@ pub struct Rank {
     pub rank: i32,
     pub host: String,
     pub devices: u32,
-}
-
-/// Where a call's result goes: the caller waits here.
-#[derive(Default)]
-struct Slot {
-    result: std::sync::Mutex<Option<Result<Response, CallError>>>,
-    ready: Condvar,
-}
-
-impl Slot {
-    fn complete(&self, r: Result<Response, CallError>) {
-        let mut g = self.result.lock().unwrap_or_else(|e| e.into_inner());
-        *g = Some(r);
-        self.ready.notify_one();
-    }
-
-    fn wait(&self) -> Result<Response, CallError> {
-        let mut g = self.result.lock().unwrap_or_else(|e| e.into_inner());
-        loop {
-            if let Some(r) = g.take() {
-                return r;
-            }
-            g = self.ready.wait(g).unwrap_or_else(|e| e.into_inner());
-        }
-    }
 }
 
 /// What a pending call expects back.
@@ -61,7 +39,7 @@ enum Reply {
     },
 }
 
-/// One call for the MPI thread.
+/// One call, for whoever holds MPI next.
 struct Call {
     rank: i32,
     id: u64,
@@ -76,8 +54,6 @@ enum Msg {
     Call(Call),
     /// The two halves of a rank-to-rank copy: both are sent, or (a rank is lost) neither.
     Pair(Call, Call),
-    /// The program is ending: tell every rank, finalise MPI, then answer.
-    Shutdown(Sender<()>),
 }
 
 /// A place in a device rank's memory: its rank, the device there and an address.
@@ -133,6 +109,7 @@ impl Moved {
 /// The link to every device rank.
 pub struct Link {
     tx: Mutex<Sender<Msg>>,
+    shared: Arc<Shared>,
     next: AtomicU64,
     pub ranks: Vec<Rank>,
     pub moved: Moved,
@@ -143,14 +120,16 @@ pub struct Link {
 }
 
 impl Link {
-    /// Starts the MPI thread, which owns `mpi` (initialised, hellos exchanged) from now on;
-    /// `every` device rank hears the shutdown, also those that offer no devices.
+    /// Takes `mpi` (initialised, hellos exchanged) and starts the progress thread; `every`
+    /// device rank hears the shutdown, also those that offer no devices.
     pub fn start(mpi: Mpi, ranks: Vec<Rank>, every: Vec<i32>, info: bool) -> std::io::Result<Link> {
         let (tx, rx) = mpsc::channel();
-        let all = every;
-        std::thread::Builder::new().name("omp-mpi".into()).spawn(move || Progress::new(mpi, all).run(rx))?;
+        let shared = Arc::new(Shared::new(Progress::new(mpi, every, rx)));
+        let progress = shared.clone();
+        std::thread::Builder::new().name("omp-mpi".into()).spawn(move || progress.run())?;
         Ok(Link {
             tx: Mutex::new(tx),
+            shared,
             next: AtomicU64::new(1),
             ranks,
             moved: Moved::default(),
@@ -188,7 +167,7 @@ impl Link {
     ) -> Result<Response, CallError> {
         let (call, slot) = self.call_to(rank, header_of, data, reply);
         self.post(Msg::Call(call))?;
-        slot.wait()
+        self.shared.wait(&slot)
     }
 
     /// Copies `len` bytes from `from` to `to`, two places in device ranks' memory, without
@@ -223,7 +202,7 @@ impl Link {
             self.post(Msg::Pair(a, b)).map_err(CopyFailure::Source)?;
             // Both answer, whatever happens to the other (the sender's failure reaches the
             // receiver as empty pieces).
-            let (sent, received) = (sent.wait(), received.wait());
+            let (sent, received) = (self.shared.wait(&sent), self.shared.wait(&received));
             sent.map_err(CopyFailure::Source)?;
             received.map_err(CopyFailure::Destination)?;
             Moved::add(&self.moved.rank_to_rank_bytes, n);
@@ -274,10 +253,14 @@ impl Link {
         if self.info {
             eprintln!("omptarget info: {}", self.moved.summary());
         }
-        let (tx, rx) = mpsc::channel();
-        if self.tx.lock().send(Msg::Shutdown(tx)).is_ok() {
-            let _ = rx.recv();
+        let mut p = self.shared.progress.lock();
+        // What callers queued goes first.
+        self.shared.step(&mut p);
+        if !p.ended {
+            p.shutdown();
         }
+        drop(p);
+        self.shared.end();
     }
 }
 
@@ -300,10 +283,14 @@ struct Receiving {
     slot: Arc<Slot>,
 }
 
-/// The MPI thread's state.
+/// MPI and the calls in flight: whoever holds it calls MPI.
 struct Progress {
     mpi: Mpi,
     ranks: Vec<i32>,
+    /// Calls posted by callers that found MPI taken.
+    queue: Receiver<Msg>,
+    /// MPI was finalised: calls fail from now on.
+    ended: bool,
     pending: HashMap<u64, Pending>,
     /// Sends in flight, with the buffer each reads (kept until it completes).
     sends: Vec<(MpiRequest, Vec<u8>)>,
@@ -315,10 +302,12 @@ struct Progress {
 }
 
 impl Progress {
-    fn new(mpi: Mpi, ranks: Vec<i32>) -> Self {
+    fn new(mpi: Mpi, ranks: Vec<i32>, queue: Receiver<Msg>) -> Self {
         Progress {
             mpi,
             ranks,
+            queue,
+            ended: false,
             pending: HashMap::new(),
             sends: Vec::new(),
             recvs: Vec::new(),
@@ -327,51 +316,38 @@ impl Progress {
         }
     }
 
-    fn run(mut self, rx: Receiver<Msg>) {
-        crate::slice::shorten_this_thread();
-        loop {
-            let msg = if self.moving() {
-                // A transfer moves only while MPI is called: poll.
-                std::thread::yield_now();
-                rx.try_recv().ok()
-            } else if !self.pending.is_empty() || self.wait.recent() {
-                // Replies are due, or a call just ended (the next one often follows at once:
-                // polling the channel for a while saves waking this thread for it).
-                match self.wait.pause() {
-                    d if d.is_zero() => {
-                        std::thread::yield_now();
-                        rx.try_recv().ok()
-                    }
-                    d => match rx.recv_timeout(d) {
-                        Ok(m) => Some(m),
-                        Err(RecvTimeoutError::Timeout) => None,
-                        Err(RecvTimeoutError::Disconnected) => return,
-                    },
-                }
-            } else {
-                // Nothing outstanding for a while: no reply can come.
-                match rx.recv() {
-                    Ok(m) => Some(m),
-                    Err(_) => return,
-                }
-            };
-            match msg {
-                Some(Msg::Call(c)) => {
+    /// Sends every queued call, in order.
+    fn send_queued(&mut self) {
+        while let Ok(m) = self.queue.try_recv() {
+            let calls = match m {
+                Msg::Call(c) if !self.ended => {
                     self.wait.active();
                     self.send(c);
+                    continue;
                 }
-                Some(Msg::Pair(a, b)) => {
+                Msg::Pair(a, b) if !self.ended => {
                     self.wait.active();
                     self.send_pair(a, b);
+                    continue;
                 }
-                Some(Msg::Shutdown(done)) => {
-                    self.shutdown();
-                    let _ = done.send(());
-                    return;
-                }
-                None => {}
+                Msg::Call(c) => vec![c],
+                Msg::Pair(a, b) => vec![a, b],
+            };
+            for c in calls {
+                c.slot.complete(Err(CallError::Died("is unreachable: the program's MPI link has shut down".into())));
             }
-            self.progress();
+        }
+    }
+
+    /// How the progress thread waits before it looks again.
+    fn next_wait(&mut self) -> Next {
+        if self.moving() {
+            // A transfer moves only while MPI is called: poll.
+            return Next::Poll;
+        }
+        match self.wait.pause() {
+            d if d.is_zero() => Next::Poll,
+            d => Next::Sleep(d),
         }
     }
 
@@ -568,6 +544,7 @@ impl Progress {
             std::thread::sleep(std::time::Duration::from_micros(50));
         }
         let _ = self.mpi.finalize();
+        self.ended = true;
     }
 }
 

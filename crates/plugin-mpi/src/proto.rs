@@ -199,6 +199,20 @@ pub const MIN_SLEEP: Duration = Duration::from_micros(5);
 pub const MAX_SLEEP: Duration = Duration::from_millis(1);
 pub const LONG_SLEEP: Duration = Duration::from_millis(10);
 
+/// A yield longer than this gave the CPU to another process's time slice.
+pub const YIELD_LOST: Duration = Duration::from_micros(50);
+
+/// Yields the CPU once, between two polls of a loop that waits without sleeping; `false`
+/// when that gave the CPU away for longer than [`YIELD_LOST`]. Yielding is cheap only
+/// while nothing but the side waited for wants the CPU; with a busy process on this CPU one
+/// yield hands it a whole time slice, where a thread that sleeps is woken ahead of it: the
+/// loop should then sleep instead.
+pub fn yield_cheaply() -> bool {
+    let before = Instant::now();
+    std::thread::yield_now();
+    before.elapsed() < YIELD_LOST
+}
+
 impl Default for Backoff {
     fn default() -> Self {
         Self::new()

@@ -4,12 +4,14 @@
 //! sends the replies and what kernels print back in order. With `--in-process`, the rank
 //! serves them itself with the worker's request handling ([`crate::backend`]).
 //!
-//! One thread owns MPI. Worker calls complete on the worker client's thread (in process: a
-//! kernel thread, or the MPI thread itself) and come back through a channel, which also
-//! wakes the MPI thread; while nothing is in flight it backs off, so an idle rank, or one
-//! whose kernel runs for seconds, uses almost no CPU.
+//! One thread at a time calls MPI (`MPI_THREAD_SERIALIZED`): the rank's MPI thread, or, while
+//! that thread runs a launch itself (in process), a standby thread once the launch runs long
+//! ([`inline`]). Worker calls complete on the worker client's thread (in process: a kernel
+//! thread, or the MPI thread itself) and come back through a channel, which also wakes the
+//! MPI thread; while nothing is in flight it backs off, so an idle rank, or one whose kernel
+//! runs for seconds, uses almost no CPU.
 
-use crate::backend::{Backend, InProcess};
+use crate::backend::{Backend, InProcess, Job};
 use crate::direct::{DeviceMemory, DeviceRange};
 use crate::peer::{Copied, Peers};
 use crate::proto::{
@@ -26,6 +28,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 mod bulk;
+mod inline;
 
 /// How long a device rank waits for the program's rank to join at start-up.
 pub const JOIN_LIMIT: Duration = Duration::from_secs(60);
@@ -82,6 +85,9 @@ struct Serve {
     pool: Vec<Vec<u8>>,
     wait: Backoff,
     args: Vec<u64>,
+    /// A launch handed back to run on the thread that serves ([`inline`]), when it may.
+    inline: Option<Job>,
+    may_inline: bool,
 }
 
 /// Where a device rank's kernels run.
@@ -175,7 +181,8 @@ pub fn main(devices: u32, serving: Serving) -> i32 {
         }
     };
     crate::slice::shorten_this_thread();
-    Serve {
+    let in_process = matches!(serving, Serving::InProcess);
+    let serve = Serve {
         mpi,
         program,
         me: rank,
@@ -191,8 +198,10 @@ pub fn main(devices: u32, serving: Serving) -> i32 {
         pool: Vec::new(),
         wait: Backoff::new(),
         args: Vec::new(),
-    }
-    .run()
+        inline: None,
+        may_inline: false,
+    };
+    inline::run(serve, in_process)
 }
 
 /// Starts what serves the devices, and the devices' memory MPI reaches directly (a worker's
@@ -253,8 +262,11 @@ fn spawn_worker(exe: &std::path::Path, devices: u32, tx: Sender<Event>) -> std::
 }
 
 impl Serve {
-    fn run(mut self) -> i32 {
-        loop {
+    /// One turn of the serving loop: waits (briefly) for something to do, then does what
+    /// came; the exit status once the program ends. A launch handed back to this thread is
+    /// left in `inline`.
+    fn turn(&mut self) -> Option<i32> {
+        {
             let busy = !self.sends.is_empty() || !self.reads.is_empty() || !self.writes.is_empty();
             let event = if busy || self.peers.moving() {
                 std::thread::yield_now();
@@ -268,7 +280,7 @@ impl Serve {
                     d => match self.events.recv_timeout(d) {
                         Ok(e) => Some(e),
                         Err(RecvTimeoutError::Timeout) => None,
-                        Err(RecvTimeoutError::Disconnected) => return 1,
+                        Err(RecvTimeoutError::Disconnected) => return Some(1),
                     },
                 }
             };
@@ -298,9 +310,13 @@ impl Serve {
                             self.mpi.abort(1);
                         }
                         if proto::split(&m).is_some_and(|(_, op, _)| op == OP_SHUTDOWN) {
-                            return self.shutdown();
+                            return Some(self.shutdown());
                         }
                         self.request(&m);
+                        if self.inline.is_some() {
+                            // Runs now; the next requests wait for the next turn.
+                            break;
+                        }
                     }
                     Ok(None) => break,
                     Err(e) => {
@@ -310,9 +326,15 @@ impl Serve {
                 }
             }
             // Calls this thread completed itself (in process) are answered at once.
-            while let Ok(e) = self.events.try_recv() {
-                self.event(e);
-            }
+            self.take_events();
+        }
+        None
+    }
+
+    /// Handles what came through the channel (replies, output, copied pieces).
+    fn take_events(&mut self) {
+        while let Ok(e) = self.events.try_recv() {
+            self.event(e);
         }
     }
 
@@ -424,7 +446,12 @@ impl Serve {
                 match Request::decode(op, payload, &mut args) {
                     Ok(req) => {
                         let tx = self.tx.clone();
-                        self.worker.send(&req, Box::new(move |r| drop(tx.send(Event::Reply(id, r)))));
+                        let done = Box::new(move |r| drop(tx.send(Event::Reply(id, r))));
+                        if self.may_inline && self.inline.is_none() {
+                            self.inline = self.worker.send_or_hand_back(&req, done);
+                        } else {
+                            self.worker.send(&req, done);
+                        }
                     }
                     Err(e) => self.reply(id, Err(CallError::Failed(format!("a malformed request: {e}")))),
                 }
@@ -482,7 +509,7 @@ impl Serve {
         }
     }
 
-    fn shutdown(mut self) -> i32 {
+    fn shutdown(&mut self) -> i32 {
         let start = std::time::Instant::now();
         while !self.sends.is_empty() && start.elapsed() < Duration::from_secs(5) {
             let mpi = &self.mpi;
