@@ -38,21 +38,24 @@ awk -v floor="$floor" -v busy="$busy" -v worker="$worker" -v inproc="$inproc" 'B
     worker / floor, inproc / floor
   printf "empty target / busy-polling MPI round trip: worker %.1fx, in process %.1fx\n", worker / busy, inproc / busy }'
 if command -v perf >/dev/null; then
-  echo "== per empty target, all processes of the job (perf stat: a run of $((2 * runs)) minus a run of $runs)"
+  # At least 20,000 launches between the two runs: a job's start-up and end (about a second)
+  # vary by more than a few thousand empty targets cost.
+  prun=$((runs > 20000 ? runs : 20000))
+  echo "== per empty target, all processes of the job (perf stat: a run of $((2 * prun)) minus a run of $prun)"
   for mode in worker in-process; do
     flag=()
     [ "$mode" = in-process ] && flag=(--in-process)
-    for n in "$runs" $((2 * runs)); do
+    for n in "$prun" $((2 * prun)); do
       perf stat -x, -e task-clock,context-switches -o "$work/perf-$mode-$n.txt" \
         "${mpirun[@]}" -np 1 "$work/bench_offload" 4 "$n" : -np 1 "$root/dist/bin/offload-mpi-device" "${flag[@]}" \
         >/dev/null
     done
-    awk -F, -v runs="$runs" -v mode="$mode" '
+    awk -F, -v runs="$prun" -v mode="$mode" '
       $3 == "task-clock" { ms[FILENAME] = $1 } $3 == "context-switches" { cs[FILENAME] = $1 }
-      END { for (f in ms) { if (f ~ /-'"$runs"'\.txt$/) { a = f } else { b = f } }
+      END { for (f in ms) { if (f ~ /-'"$prun"'\.txt$/) { a = f } else { b = f } }
         printf "%s: %.1f us of CPU, %.1f context switches per empty target\n", mode,
           1000 * (ms[b] - ms[a]) / runs, (cs[b] - cs[a]) / runs }' \
-      "$work/perf-$mode-$runs.txt" "$work/perf-$mode-$((2 * runs)).txt"
+      "$work/perf-$mode-$prun.txt" "$work/perf-$mode-$((2 * prun)).txt"
   done
 fi
 # Bandwidth: ROUNDS rounds, each measuring raw MPI and both modes back to back; the best of

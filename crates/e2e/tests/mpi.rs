@@ -50,7 +50,9 @@ impl Launcher {
         assert!(ok, "{} is missing: run scripts/setup.sh (it installs Open MPI and MPICH)", self.exe());
     }
 
-    /// Passes `k=v` to every rank, then the count flag.
+    /// Passes `k=v` to the program's rank (the variables are the program's: Open MPI's `-x`
+    /// before the first app context reaches that context only, MPICH's `-genv` every rank),
+    /// then the count flag.
     fn args(self, cmd: &mut Command, env: &[(&str, String)]) -> &'static str {
         for (k, v) in env {
             match self {
