@@ -11,6 +11,9 @@ use crate::proto;
 use omp_plugin_isolate::arena::Arena;
 use omp_worker::{wire, CallError, Request, Response, Worker};
 
+/// How long a free waits for the sends of a read from the memory it frees.
+const SEND_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// The arena as the devices' memory, once the worker has said it mapped it (any reply comes
 /// after it did or could not).
 pub(super) fn shared_memory(worker: &Worker, arena: Option<Arena>, devices: u32) -> Option<DeviceMemory> {
@@ -44,9 +47,19 @@ impl Serve {
 
     /// Waits until no read's piece is being sent from `range` (memory about to be freed): the
     /// program has received them all before it frees, but MPI may complete a send here a
-    /// moment after its receive completed there.
+    /// moment after its receive completed there. A send that has not completed in
+    /// [`SEND_LIMIT`] will not (the program never took the read), and the memory cannot be
+    /// freed under it: the job ends, saying so, rather than hang.
     fn finish_reads_from(&mut self, range: DeviceRange) {
+        let start = std::time::Instant::now();
         while self.reads.iter().any(|r| r.source.is_some_and(|s| s.overlaps(&range))) {
+            if start.elapsed() > SEND_LIMIT {
+                eprintln!(
+                    "offload-mpi-device: the program freed device memory that a read of it is still being sent from                      ({} s after it asked); ending the job",
+                    SEND_LIMIT.as_secs()
+                );
+                self.mpi.abort(1);
+            }
             self.finish_reads();
             std::thread::yield_now();
         }
