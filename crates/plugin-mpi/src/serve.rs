@@ -233,18 +233,8 @@ fn spawn_worker(exe: &std::path::Path, devices: u32, tx: Sender<Event>) -> std::
     let arena = Arena::create(arena::machine_size()).ok();
     if let Some(a) = &arena {
         cmd.arg("--arena").arg(a.base().to_string()).arg(a.size().to_string());
-        let fd = a.fd();
-        // SAFETY: runs in the forked child before exec and calls only dup2 (async-signal-safe)
-        // on a descriptor the arena keeps open until the spawn returns.
-        unsafe {
-            use std::os::unix::process::CommandExt;
-            cmd.pre_exec(move || {
-                if libc::dup2(fd, arena::ARENA_FD) < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
+        // The arena keeps its descriptor (at 10 or above) open until the spawn returns.
+        omp_worker::client::pass_fds(&mut cmd, vec![(a.fd(), arena::ARENA_FD)]);
     }
     // Worker::spawn sets LIBOMPTARGET_MPI=0 (no MPI devices inside a worker).
     let out = tx.clone();
@@ -266,68 +256,64 @@ impl Serve {
     /// came; the exit status once the program ends. A launch handed back to this thread is
     /// left in `inline`.
     fn turn(&mut self) -> Option<i32> {
-        {
-            let busy = !self.sends.is_empty() || !self.reads.is_empty() || !self.writes.is_empty();
-            let event = if busy || self.peers.moving() {
-                std::thread::yield_now();
-                self.events.try_recv().ok()
-            } else {
-                match self.wait.pause() {
-                    d if d.is_zero() => {
-                        std::thread::yield_now();
-                        self.events.try_recv().ok()
-                    }
-                    d => match self.events.recv_timeout(d) {
-                        Ok(e) => Some(e),
-                        Err(RecvTimeoutError::Timeout) => None,
-                        Err(RecvTimeoutError::Disconnected) => return Some(1),
-                    },
+        let busy = !self.sends.is_empty() || !self.reads.is_empty() || !self.writes.is_empty();
+        let event = if busy || self.peers.moving() {
+            std::thread::yield_now();
+            self.events.try_recv().ok()
+        } else {
+            match self.wait.pause() {
+                d if d.is_zero() => {
+                    std::thread::yield_now();
+                    self.events.try_recv().ok()
                 }
-            };
-            if let Some(e) = event {
-                self.event(e);
-                while let Ok(e) = self.events.try_recv() {
-                    self.event(e);
-                }
+                d => match self.events.recv_timeout(d) {
+                    Ok(e) => Some(e),
+                    Err(RecvTimeoutError::Timeout) => None,
+                    Err(RecvTimeoutError::Disconnected) => return Some(1),
+                },
             }
-            self.finish_sends();
-            self.finish_writes();
-            for (id, r) in self.peers.progress(&self.mpi) {
-                self.wait.active();
-                self.reply(id, r.map(|_| Response::Done));
-            }
-            loop {
-                match self.mpi.probe(Some(self.program), proto::TAG_REQUEST) {
-                    Ok(Some(st)) => {
-                        self.wait.active();
-                        if st.len > MAX_REQUEST {
-                            eprintln!("offload-mpi-device: a request of {} bytes (at most {MAX_REQUEST})", st.len);
-                            self.mpi.abort(1);
-                        }
-                        let mut m = vec![0u8; st.len];
-                        if let Err(e) = self.mpi.recv_probed(st, &mut m) {
-                            eprintln!("offload-mpi-device: {e}");
-                            self.mpi.abort(1);
-                        }
-                        if proto::split(&m).is_some_and(|(_, op, _)| op == OP_SHUTDOWN) {
-                            return Some(self.shutdown());
-                        }
-                        self.request(&m);
-                        if self.inline.is_some() {
-                            // Runs now; the next requests wait for the next turn.
-                            break;
-                        }
+        };
+        if let Some(e) = event {
+            self.event(e);
+            self.take_events();
+        }
+        self.finish_sends();
+        self.finish_writes();
+        for (id, r) in self.peers.progress(&self.mpi) {
+            self.wait.active();
+            self.reply(id, r.map(|_| Response::Done));
+        }
+        loop {
+            match self.mpi.probe(Some(self.program), proto::TAG_REQUEST) {
+                Ok(Some(st)) => {
+                    self.wait.active();
+                    if st.len > MAX_REQUEST {
+                        eprintln!("offload-mpi-device: a request of {} bytes (at most {MAX_REQUEST})", st.len);
+                        self.mpi.abort(1);
                     }
-                    Ok(None) => break,
-                    Err(e) => {
+                    let mut m = vec![0u8; st.len];
+                    if let Err(e) = self.mpi.recv_probed(st, &mut m) {
                         eprintln!("offload-mpi-device: {e}");
                         self.mpi.abort(1);
                     }
+                    if proto::split(&m).is_some_and(|(_, op, _)| op == OP_SHUTDOWN) {
+                        return Some(self.shutdown());
+                    }
+                    self.request(&m);
+                    if self.inline.is_some() {
+                        // Runs now; the next requests wait for the next turn.
+                        break;
+                    }
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    eprintln!("offload-mpi-device: {e}");
+                    self.mpi.abort(1);
                 }
             }
-            // Calls this thread completed itself (in process) are answered at once.
-            self.take_events();
         }
+        // Calls this thread completed itself (in process) are answered at once.
+        self.take_events();
         None
     }
 

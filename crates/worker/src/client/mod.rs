@@ -66,6 +66,26 @@ fn doorbell() -> std::io::Result<(std::fs::File, std::fs::File)> {
     }
 }
 
+/// Has the child `cmd` starts find each `(from, to)` descriptor of this process at `to`, in
+/// order. Each `from` must be at 10 or above (no `to` is) and stay open until the spawn
+/// returns.
+pub fn pass_fds(cmd: &mut Command, fds: Vec<(i32, i32)>) {
+    debug_assert!(fds.iter().all(|&(from, to)| from >= 10 && to < 10));
+    // SAFETY: runs in the forked child before exec and calls only dup2 (async-signal-safe)
+    // on descriptor numbers the caller keeps open; `fds` was allocated before the fork.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        cmd.pre_exec(move || {
+            for &(from, to) in &fds {
+                if libc::dup2(from, to) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+            }
+            Ok(())
+        });
+    }
+}
+
 /// The parent's end of the request channel.
 struct Requests(std::os::unix::net::UnixStream);
 
@@ -111,36 +131,15 @@ impl Worker {
         let (ours, theirs) = std::os::unix::net::UnixStream::pair()?;
         cmd.stdin(Stdio::from(std::os::fd::OwnedFd::from(theirs))).stdout(Stdio::piped());
         let (bell_r, bell_w) = doorbell()?;
-        let r = bell_r.as_raw_fd();
-        // SAFETY: runs in the child before exec: dup2 is async-signal-safe; `r` (at 10 or
-        // above, never DOORBELL_FD itself) stays open in the parent until the spawn returns.
-        unsafe {
-            use std::os::unix::process::CommandExt;
-            cmd.pre_exec(move || {
-                if libc::dup2(r, wire::DOORBELL_FD) < 0 {
-                    return Err(std::io::Error::last_os_error());
-                }
-                Ok(())
-            });
-        }
-        cmd.env("OMP_WORKER_DOORBELL", wire::DOORBELL_FD.to_string());
         // The worker's output pipes, made here so that what a dying worker did not forward
         // can still be taken (`capture`).
         let (kept, for_worker) = capture::pipes()?;
-        let fds = for_worker.raw();
-        // SAFETY: runs in the child before exec: dup2 is async-signal-safe; `fds` (at 10 or
-        // above) stay open in the parent until the spawn returns.
-        unsafe {
-            use std::os::unix::process::CommandExt;
-            cmd.pre_exec(move || {
-                for (&from, &to) in fds.iter().zip(wire::CAPTURE_FDS.iter()) {
-                    if libc::dup2(from, to) < 0 {
-                        return Err(std::io::Error::last_os_error());
-                    }
-                }
-                Ok(())
-            });
-        }
+        // The doorbell's read end and the pipes' ends are at 10 or above, open until the spawn
+        // returns.
+        let mut fds = vec![(bell_r.as_raw_fd(), wire::DOORBELL_FD)];
+        fds.extend(for_worker.raw().into_iter().zip(wire::CAPTURE_FDS));
+        pass_fds(&mut cmd, fds);
+        cmd.env("OMP_WORKER_DOORBELL", wire::DOORBELL_FD.to_string());
         cmd.env("OMP_WORKER_CAPTURE", "1");
         // A worker inherits its parent's MPI launcher variables (an isolated device's program
         // or a device rank started by mpirun): an image it loads that brings the OpenMP runtime
