@@ -168,7 +168,7 @@ impl Worker {
             on_output,
             on_exit: opts.on_exit,
             ended: false,
-            capture: kept,
+            capture: Some(kept),
         };
         let shared = Arc::new(Shared {
             pending: Mutex::default(),

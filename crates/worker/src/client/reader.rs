@@ -62,8 +62,9 @@ pub(super) struct Rx {
     pub(super) on_exit: Option<OnExit>,
     /// The pipe ended (or broke): nothing more to read.
     pub(super) ended: bool,
-    /// The worker's output pipes, drained once it ended.
-    pub(super) capture: super::capture::Kept,
+    /// The worker's output pipes, drained once it ended, then closed (a process it started
+    /// that still writes there gets EPIPE, not a pipe nobody reads).
+    pub(super) capture: Option<super::capture::Kept>,
 }
 
 /// Where a waiting call's reply lands.
@@ -164,7 +165,9 @@ impl Shared {
         let ended = reap(self);
         // What the worker's code wrote and the worker did not forward (it died) comes before
         // the error its pending calls end with.
-        rx.capture.drain(&mut *rx.on_output);
+        if let Some(mut kept) = rx.capture.take() {
+            kept.drain(&mut *rx.on_output);
+        }
         let how = broke.unwrap_or(ended);
         *lock(&self.died) = Some(how.clone());
         let pending: Vec<Pending> = lock(&self.pending).drain().map(|(_, p)| p).collect();
