@@ -16,6 +16,7 @@
 mod backend;
 mod device;
 pub mod direct;
+mod keep;
 pub mod link;
 mod peer;
 pub mod proto;

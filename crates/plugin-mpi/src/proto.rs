@@ -22,6 +22,7 @@
 //!
 //! Every size that arrives is checked against a cap before anything is allocated.
 
+use crate::keep::{self, KeepCpu};
 use omp_mpi::Mpi;
 use omp_worker::wire::{Dec, Enc};
 use std::time::{Duration, Instant};
@@ -192,6 +193,9 @@ pub fn exchange(mpi: &Mpi, me: &Hello, limit: Duration) -> Result<Vec<Option<Hel
 pub struct Backoff {
     last: Instant,
     sleep: Duration,
+    /// Whether polls keep the CPU, and the current wait since the last activity.
+    keep: KeepCpu,
+    wait: keep::Wait,
 }
 
 pub const SPIN: Duration = Duration::from_millis(1);
@@ -221,13 +225,25 @@ impl Default for Backoff {
 
 impl Backoff {
     pub fn new() -> Self {
-        Backoff { last: Instant::now(), sleep: MIN_SLEEP }
+        let keep = KeepCpu::default();
+        let wait = keep.begin(Instant::now());
+        Backoff { last: Instant::now(), sleep: MIN_SLEEP, keep, wait }
     }
 
     /// Something happened: poll without sleeping for a while.
     pub fn active(&mut self) {
+        self.keep.came(&self.wait);
         self.last = Instant::now();
         self.sleep = MIN_SLEEP;
+        self.wait = self.keep.begin(self.last);
+    }
+
+    /// Between two polls while [`Backoff::pause`] says not to sleep: keeps the CPU for a
+    /// while after the last activity, then yields it ([`KeepCpu`]).
+    pub fn between_polls(&mut self) {
+        if !self.keep.pause(&mut self.wait) {
+            self.keep.gave_up(&self.wait);
+        }
     }
 
     /// Whether something happened within the last [`SPIN`].

@@ -263,7 +263,7 @@ impl Serve {
         } else {
             match self.wait.pause() {
                 d if d.is_zero() => {
-                    std::thread::yield_now();
+                    self.wait.between_polls();
                     self.events.try_recv().ok()
                 }
                 d => match self.events.recv_timeout(d) {

@@ -18,7 +18,8 @@
 //! or more busy threads than cores): then the frame comes right after the look gives up and
 //! blocks. When that happens the next looks yield between glances, for a number of waits
 //! that doubles each time it happens again (up to [`MOST_YIELDING`]) and halves each time a
-//! look that kept its CPU saw the frame. A yield that took long gave the CPU to someone
+//! look that kept its CPU saw the frame. A thread bound to one CPU always yields
+//! ([`may_run_elsewhere`]). A yield that took long gave the CPU to someone
 //! else's time slice: it ends that look, and the next of those yielding looks are skipped
 //! (blocking at once) for a number of waits that doubles each time it happens again, up to
 //! [`MOST_SKIPPED`].
@@ -86,7 +87,7 @@ impl SpinWait {
     /// current budget. After [`Look::GaveUp`] the caller blocks and tells
     /// [`SpinWait::blocked`] how long that took.
     pub fn look(&self, fd: i32) -> Look {
-        let yielding = take_one(&self.yielding);
+        let yielding = take_one(&self.yielding) || !may_run_elsewhere();
         if yielding && take_one(&self.skip) {
             return Look::Contended;
         }
@@ -178,6 +179,25 @@ impl SpinWait {
     }
 }
 
+/// Whether this thread may run on more than one CPU (its affinity, read once per thread). A
+/// thread bound to one CPU (`taskset -c 0`, an MPI rank bound to a core) never keeps its
+/// CPU while it waits: where the other side was started from it (a worker inherits the
+/// program's binding) it needs that very CPU.
+pub fn may_run_elsewhere() -> bool {
+    thread_local! {
+        static ELSEWHERE: bool = {
+            // SAFETY: a zeroed cpu_set_t is a valid empty set; sched_getaffinity writes at
+            // most its size into it.
+            let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+            // SAFETY: as above; pid 0 is this thread.
+            let ok = unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) } == 0;
+            // SAFETY: `set` is a valid cpu_set_t.
+            !ok || unsafe { libc::CPU_COUNT(&set) } > 1
+        };
+    }
+    ELSEWHERE.with(|e| *e)
+}
+
 /// Takes one from a count of waits left, if any is: whether one was.
 fn take_one(left: &AtomicU32) -> bool {
     left.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1)).is_ok()
@@ -259,6 +279,10 @@ mod tests {
         let (r, mut w) = std::os::unix::net::UnixStream::pair().unwrap();
         let fd = r.as_raw_fd();
         let spin = SpinWait::default();
+        if !may_run_elsewhere() {
+            // Bound to one CPU: every look yields (what the next test checks).
+            return;
+        }
         let yielding = || spin.yielding.load(Ordering::Relaxed);
         assert_eq!(spin.look(fd), Look::GaveUp, "a look that keeps its CPU never meets a lost yield");
         spin.blocked(Duration::from_millis(5));
@@ -283,6 +307,26 @@ mod tests {
             4,
             "a frame there at the first glance says nothing of what keeping the CPU costs"
         );
+    }
+
+    #[test]
+    fn a_thread_bound_to_one_cpu_always_yields() {
+        std::thread::spawn(|| {
+            // SAFETY: a zeroed cpu_set_t is a valid empty set.
+            let mut one: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+            // SAFETY: CPU 0 is inside the set's size; CPU_SET writes only into `one`.
+            unsafe { libc::CPU_SET(0, &mut one) };
+            // SAFETY: `one` is a valid set of its size; pid 0 is this thread.
+            assert_eq!(unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &one) }, 0);
+            assert!(!may_run_elsewhere());
+            let spin = SpinWait::default();
+            let (r, _w) = std::os::unix::net::UnixStream::pair().unwrap();
+            spin.look(r.as_raw_fd());
+            spin.blocked(Duration::from_micros(5));
+            assert_eq!(spin.yielding.load(Ordering::Relaxed), 0, "a yielding look held nobody back");
+        })
+        .join()
+        .unwrap();
     }
 
     #[test]

@@ -3,7 +3,8 @@
 //! MPI is initialised `MPI_THREAD_SERIALIZED`: any thread may call it, one at a time. The
 //! link's state ([`Progress`]) sits behind a mutex, and a caller that finds it free moves
 //! everything itself: it sends what other callers queued (in order), then its own call,
-//! and polls MPI (yielding the CPU between polls) until its reply is in, delivering the
+//! and polls MPI (keeping the CPU for a while, then yielding it between polls: `keep.rs`)
+//! until its reply is in, delivering the
 //! replies of others on the way ("the caller drives MPI"). Its reply then reaches the very
 //! thread that waits for it, with no hand-off: on a virtual machine, waking a thread that
 //! sleeps costs tens of microseconds, more than the whole MPI round trip.
@@ -17,7 +18,8 @@
 //! so a program waiting for a long kernel, or idle, uses almost no CPU.
 
 use super::Progress;
-use crate::proto::{self, SPIN};
+use crate::keep::KeepCpu;
+use crate::proto::SPIN;
 use omp_sync::{Mutex, Signal};
 use omp_worker::{CallError, Response};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -103,6 +105,8 @@ pub(super) struct Shared {
     /// Callers asleep on their slot: the progress thread works while there are any.
     sleepers: AtomicUsize,
     bell: Bell,
+    /// Whether callers keep their CPU while they poll.
+    keep: KeepCpu,
     /// MPI was finalised: the progress thread ends.
     ended: AtomicBool,
 }
@@ -121,6 +125,7 @@ impl Shared {
             progress: Mutex::new(progress),
             sleepers: AtomicUsize::new(0),
             bell: Bell::default(),
+            keep: KeepCpu::default(),
             ended: AtomicBool::new(false),
         }
     }
@@ -147,16 +152,23 @@ impl Shared {
     /// leaves the rest to the progress thread and sleeps.
     pub(super) fn wait(&self, slot: &Slot) -> Result<Response, CallError> {
         let start = Instant::now();
+        let mut wait = self.keep.begin(start);
         loop {
             if let Some(r) = slot.take() {
+                self.keep.came(&wait);
                 return r;
             }
             if self.try_step() {
                 if let Some(r) = slot.take() {
+                    self.keep.came(&wait);
                     return r;
                 }
             }
-            if start.elapsed() >= SPIN || !proto::yield_cheaply() {
+            if start.elapsed() >= SPIN {
+                break;
+            }
+            if !self.keep.pause(&mut wait) {
+                self.keep.gave_up(&wait);
                 break;
             }
         }
