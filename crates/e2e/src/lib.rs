@@ -127,9 +127,22 @@ pub fn ompcc_fortran(src: &Path, out: &Path) {
     must(&mut cmd, &format!("ompcc {}", src.display()));
 }
 
-/// Runs `exe` with `libdir` first on LD_LIBRARY_PATH and extra environment.
-pub fn run_with(exe: &Path, libdir: &Path, env: &[(&str, &str)]) -> Output {
+/// A command that runs the test program `exe` with `TMPDIR` set to the program's own
+/// directory (a test's temporary one): what the runtime writes there (the record of a launch
+/// that failed) goes with it, instead of piling up in `/tmp`. A later `env("TMPDIR", …)`
+/// replaces it.
+pub fn program_command(exe: &Path) -> Command {
     let mut cmd = Command::new(exe);
+    if let Some(dir) = exe.parent().filter(|d| d.is_dir()) {
+        cmd.env("TMPDIR", dir);
+    }
+    cmd
+}
+
+/// Runs `exe` with `libdir` first on LD_LIBRARY_PATH and extra environment
+/// ([`program_command`]).
+pub fn run_with(exe: &Path, libdir: &Path, env: &[(&str, &str)]) -> Output {
+    let mut cmd = program_command(exe);
     cmd.env("LD_LIBRARY_PATH", libdir);
     for (k, v) in env {
         cmd.env(k, v);

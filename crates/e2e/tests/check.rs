@@ -373,7 +373,7 @@ fn a_use_after_unmap_names_the_mapping_and_where_it_ended() {
 fn a_kernels_own_signal_ends_its_construct() {
     let exe = build(Llvm::V22, "check/raise.c", &[]);
     for arg in ["segv", "bus"] {
-        let mut cmd = Command::new(&exe);
+        let mut cmd = omp_e2e::program_command(&exe);
         cmd.arg(arg).env("LD_LIBRARY_PATH", dist_lib());
         let host = cmd.output().expect("run");
         assert!(!host.status.success() && !text(&host.stdout).contains("after"), "host device: {}", text(&host.stderr));
@@ -442,7 +442,7 @@ fn a_sparse_kernel_over_a_large_mapping_never_kills_the_program_and_is_said_once
     assert_eq!(text(&o.stdout), text(&plain.stdout));
     one_note(&o, "vm.max_map_count", "sysctl -w vm.max_map_count=");
     assert_eq!(findings(&o).len(), 1, "the note only:\n{}", text(&o.stderr));
-    let mut cmd = Command::new(&exe);
+    let mut cmd = omp_e2e::program_command(&exe);
     let later = cmd.arg("later").env("LD_LIBRARY_PATH", dist_lib()).env(CHECK.0, CHECK.1).output().expect("run");
     assert!(later.status.success(), "{}", text(&later.stderr));
     assert_eq!(notes(&later).len(), 1, "{}", text(&later.stderr));
@@ -500,7 +500,8 @@ fn omp_target_alloc_memory_is_checked_for_uninitialized_reads_and_leaks() {
     assert!(o.status.success() && findings(&o).is_empty(), "false alarm:\n{}", text(&o.stderr));
     assert_eq!(text(&o.stdout), text(&plain.stdout));
     let with = |bug: &str| {
-        let o = Command::new(&exe).arg(bug).env("LD_LIBRARY_PATH", dist_lib()).env(CHECK.0, CHECK.1).output();
+        let o =
+            omp_e2e::program_command(&exe).arg(bug).env("LD_LIBRARY_PATH", dist_lib()).env(CHECK.0, CHECK.1).output();
         o.expect("run")
     };
     let uninit = with("uninit");
@@ -526,7 +527,7 @@ fn a_kernels_stack_overflow_says_so_with_its_stack_and_how_to_raise_it() {
     // The first thread of the kernel (the worker's), then threads libomp started.
     for ((env, stack), arg) in cases.iter().flat_map(|c| [(c, None), (c, Some("parallel"))]) {
         let (env, stack) = (*env, *stack);
-        let mut cmd = Command::new(&exe);
+        let mut cmd = omp_e2e::program_command(&exe);
         cmd.args(arg).env("LD_LIBRARY_PATH", dist_lib()).envs(env.iter().copied());
         let o = cmd.output().expect("run");
         let err = text(&o.stderr);

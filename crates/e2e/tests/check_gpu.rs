@@ -30,7 +30,7 @@ fn run(exe: &Path, args: &[&str], check: &str) -> Output {
 }
 
 fn run_env(exe: &Path, args: &[&str], check: &str, env: &[(&str, &str)]) -> Output {
-    let mut cmd = std::process::Command::new(exe);
+    let mut cmd = omp_e2e::program_command(exe);
     cmd.args(args).env("LD_LIBRARY_PATH", dist_lib()).env("LIBOMPTARGET_CHECK", check).envs(env.iter().copied());
     let o = cmd.output().expect("run");
     assert!(o.status.success(), "{exe:?} {args:?}: {}", text(&o.stderr));

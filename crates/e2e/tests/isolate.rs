@@ -33,7 +33,7 @@ fn run_bounded(exe: &Path, libdir: &Path, env: &[(&str, &str)]) -> Output {
 }
 
 fn run_bounded_args(exe: &Path, libdir: &Path, env: &[(&str, &str)], args: &[&str]) -> Output {
-    let mut cmd = Command::new(exe);
+    let mut cmd = omp_e2e::program_command(exe);
     cmd.args(args);
     cmd.env("LD_LIBRARY_PATH", libdir).stdout(Stdio::piped()).stderr(Stdio::piped());
     for (k, v) in env {

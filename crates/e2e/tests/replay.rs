@@ -371,7 +371,7 @@ fn the_record_of_a_failed_launch_holds_the_globals_as_the_failure_left_them() {
         std::fs::create_dir_all(&tmp).unwrap();
         let mut env = vec![("LIBOMPTARGET_ISOLATE", "1"), ("TMPDIR", tmp.to_str().unwrap())];
         env.extend_from_slice(extra);
-        let o = Command::new(&exe).arg(how).env("LD_LIBRARY_PATH", dist_lib()).envs(env).output().unwrap();
+        let o = omp_e2e::program_command(&exe).arg(how).env("LD_LIBRARY_PATH", dist_lib()).envs(env).output().unwrap();
         let (out, err) = (text(&o.stdout), text(&o.stderr));
         assert!(!o.status.success(), "{how} {extra:?}: {out}\n{err}");
         assert!(err.contains(&format!("ended: {ended}")), "{how} {extra:?}: {err}");
