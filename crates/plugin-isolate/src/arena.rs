@@ -181,8 +181,10 @@ impl Arena {
     fn alloc_guarded(&self, g: &mut Guards, size: usize) -> Option<usize> {
         let size = size.max(1);
         let pages = size.checked_next_multiple_of(PAGE)?;
-        let off = self.heap.lock().alloc_aligned(pages.checked_add(2 * PAGE)?, PAGE)?;
-        let region = self.base + off + PAGE;
+        // Large blocks start LARGE_GAP into their block, as unguarded ones do.
+        let gap = if size >= LARGE { LARGE_GAP } else { 0 };
+        let off = self.heap.lock().alloc_aligned(pages.checked_add(2 * PAGE + gap)?, PAGE)?;
+        let region = self.base + off + gap + PAGE;
         let align = if size >= 16 { 16 } else { 1usize << size.trailing_zeros() };
         let addr = (region + pages - size) & !(align - 1);
         g.live.insert(addr, off);
@@ -197,8 +199,13 @@ impl Arena {
                 let mut g = check.lock();
                 let Some(off) = g.live.remove(&addr) else { return false };
                 let len = self.heap.lock().live.get(&off).map_or(0, |b| b.1);
-                if len > 2 * PAGE {
-                    let opened = (self.base + off + PAGE, len - 2 * PAGE, true);
+                // The opened pages: from the one `addr` is in (the allocation ends against the
+                // last guard page, less than a page after its first opened page's start) to
+                // that guard page.
+                let region = addr & !(PAGE - 1);
+                let guard = self.base + off + len - PAGE;
+                if len > 2 * PAGE && guard > region {
+                    let opened = (region, guard - region, true);
                     // Freed before any kernel saw it: the worker never opened it, and the
                     // list of changes stays as long as the live allocations.
                     match g.changes.iter().rposition(|c| *c == opened) {
@@ -546,6 +553,21 @@ mod tests {
         assert!(a.check.as_ref().unwrap().lock().changes.is_empty());
         assert!(a.free(p));
         assert_eq!(a.check.as_ref().unwrap().lock().changes, vec![(p, 8192, false)]);
+    }
+
+    #[test]
+    fn large_guarded_allocations_keep_the_gap_and_close_exactly_their_pages() {
+        let mut a = Arena::create(1 << 26).unwrap();
+        a.enable_checks();
+        let size = LARGE + 16;
+        let (p, q) = (a.alloc(size).unwrap(), a.alloc(size).unwrap());
+        assert_eq!(((p + size) % PAGE, (q + size) % PAGE), (0, 0));
+        let pages = size.next_multiple_of(PAGE);
+        assert_eq!(q - p, pages + 2 * PAGE + LARGE_GAP, "an odd number of pages apart");
+        assert!(a.prepare(&[]).is_some());
+        assert!(a.free(p));
+        let changes = a.check.as_ref().unwrap().lock().changes.clone();
+        assert_eq!(changes, vec![(p & !(PAGE - 1), pages, false)], "the opened pages, closed again");
     }
 
     #[test]

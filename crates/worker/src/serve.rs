@@ -35,6 +35,9 @@ pub fn main(plugin: &dyn Plugin, devices: usize, parent: i32) -> i32 {
 
 /// [`main`], with every launch run through `around_launch`.
 pub fn main_around_launches(plugin: &dyn Plugin, devices: usize, parent: i32, around_launch: AroundLaunch) -> i32 {
+    if std::env::var_os(crate::spin::YIELD_ENV).is_some() {
+        crate::spin::always_yield();
+    }
     if let Err(e) = die_with_parent(parent) {
         eprintln!("device worker: {e}");
         return 1;

@@ -19,12 +19,27 @@
 //! blocks. When that happens the next looks yield between glances, for a number of waits
 //! that doubles each time it happens again (up to [`MOST_YIELDING`]) and halves each time a
 //! look that kept its CPU saw the frame. A thread bound to one CPU always yields
-//! ([`may_run_elsewhere`]). A yield that took long gave the CPU to someone
+//! ([`may_run_elsewhere`]), and so does every look of a process told so ([`always_yield`]). A yield that took long gave the CPU to someone
 //! else's time slice: it ends that look, and the next of those yielding looks are skipped
 //! (blocking at once) for a number of waits that doubles each time it happens again, up to
 //! [`MOST_SKIPPED`].
 
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
+
+/// Set in a worker's environment by a process that wants its looks to yield too
+/// ([`always_yield`]).
+pub const YIELD_ENV: &str = "OMP_WORKER_LOOKS_YIELD";
+
+/// Whether looks may keep their CPU in this process at all.
+static MAY_KEEP: AtomicBool = AtomicBool::new(true);
+
+/// From now on every look in this process yields between glances, as a thread bound to one
+/// CPU's does: for a process that takes turns with more busy processes than its machine has
+/// CPUs (an MPI device rank, its worker and the program's rank on a small node), where a look
+/// that keeps its CPU keeps it from the very process it waits for.
+pub fn always_yield() {
+    MAY_KEEP.store(false, Ordering::Relaxed);
+}
 use std::time::{Duration, Instant};
 
 /// The longest look, in microseconds (about two wake-ups of an idle virtual CPU).
@@ -87,7 +102,7 @@ impl SpinWait {
     /// current budget. After [`Look::GaveUp`] the caller blocks and tells
     /// [`SpinWait::blocked`] how long that took.
     pub fn look(&self, fd: i32) -> Look {
-        let yielding = take_one(&self.yielding) || !may_run_elsewhere();
+        let yielding = take_one(&self.yielding) || !MAY_KEEP.load(Ordering::Relaxed) || !may_run_elsewhere();
         if yielding && take_one(&self.skip) {
             return Look::Contended;
         }
