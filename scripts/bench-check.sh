@@ -5,7 +5,7 @@
 # small tofrom map); and the isolated device against the host device on the same loops (goal:
 # at least 0.95). Needs `make dist` (or OMP_CHECK_DIST=another/dist). With
 # OMP_CHECK_BASELINE=other/dist the checker of that build is measured too, in the same run
-# (before and after a change). Usage: [ROUNDS=3] scripts/bench-check.sh [elements] [iterations]
+# (before and after a change). Usage: [ROUNDS=5] scripts/bench-check.sh [elements] [iterations]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 N=${1:-16777216}
@@ -19,18 +19,19 @@ clang-22 -fopenmp -fopenmp-targets=x86_64-pc-linux-gnu -O2 -L.deps/lib22 tests/p
 field() { sed -n "s/.*$1=\([0-9.]*\).*/\1/p"; }
 run() { LD_LIBRARY_PATH="$DIST/lib" OMP_DEFAULT_DEVICE=0 "$@"; }
 run_base() { LD_LIBRARY_PATH="$BASE/lib" OMP_DEFAULT_DEVICE=0 "$@"; }
-# The isolated and host devices in alternating runs (ROUNDS, default 3), the best of each: a
-# single run of either moves by 10-20% on this VM from one process to the next.
-ROUNDS=${ROUNDS:-3}
-ISO="" HOST=""
+# The isolated device, the host device and the checker's two modes in alternating runs
+# (ROUNDS, default 5), the best of each: a single run of any moves by 10-20% on this VM from
+# one process to the next, so each is compared at its best with the others at theirs.
+ROUNDS=${ROUNDS:-5}
+ISO="" HOST="" BUGS="" ALL=""
 for _ in $(seq "$ROUNDS"); do
   ISO+="$(run env LIBOMPTARGET_ISOLATE=1 "$OUT/stream" "$N" "$ITERS" | field iteration_ms)"$'\n'
   HOST+="$(run "$OUT/stream" "$N" "$ITERS" | field iteration_ms)"$'\n'
+  BUGS+="$(run env LIBOMPTARGET_CHECK=bugs "$OUT/stream" "$N" "$ITERS" | field iteration_ms)"$'\n'
+  ALL+="$(run env LIBOMPTARGET_CHECK=1 "$OUT/stream" "$N" "$ITERS" 2>/dev/null | field iteration_ms)"$'\n'
 done
-ISO=$(sort -g <<<"$ISO" | sed '/^$/d' | head -1)
-HOST=$(sort -g <<<"$HOST" | sed '/^$/d' | head -1)
-BUGS=$(run env LIBOMPTARGET_CHECK=bugs "$OUT/stream" "$N" "$ITERS" | field iteration_ms)
-ALL=$(run env LIBOMPTARGET_CHECK=1 "$OUT/stream" "$N" "$ITERS" 2>/dev/null | field iteration_ms)
+best() { sort -g <<<"$1" | sed '/^$/d' | head -1; }
+ISO=$(best "$ISO") HOST=$(best "$HOST") BUGS=$(best "$BUGS") ALL=$(best "$ALL")
 if [ -n "$BASE" ]; then
   B_BUGS=$(run_base env LIBOMPTARGET_CHECK=bugs "$OUT/stream" "$N" "$ITERS" | field iteration_ms)
   B_ALL=$(run_base env LIBOMPTARGET_CHECK=1 "$OUT/stream" "$N" "$ITERS" 2>/dev/null | field iteration_ms)
