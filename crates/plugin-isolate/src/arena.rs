@@ -212,7 +212,7 @@ impl Arena {
                 // last guard page, less than a page after its first opened page's start) to
                 // that guard page.
                 let region = addr & !(PAGE - 1);
-                let guard = self.base + off + len - PAGE;
+                let guard = (self.base + off + len).saturating_sub(PAGE);
                 if len > 2 * PAGE && guard > region {
                     let opened = (region, guard - region, true);
                     // Freed before any kernel saw it: the worker never opened it, and the

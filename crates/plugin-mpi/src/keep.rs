@@ -9,10 +9,10 @@
 //! Keeping the CPU is wrong only when the other side needs this very CPU (both ranks bound to
 //! one core, or more busy ranks than cores): then what the loop waits for comes right after
 //! its first yield, or that first yield gives the CPU away for long (to the other side's own
-//! wait, or to a busy process). When that happens the next waits yield from their start, for a number of
-//! waits that doubles each time it happens again (up to [`MOST_OFF`]) and halves each time a
-//! wait that kept its CPU saw its reply come while it did. A thread bound to one CPU never
-//! keeps it ([`omp_worker::spin::may_run_elsewhere`]).
+//! wait, or to a busy process). When that happens the next waits yield from their start, for
+//! a number of waits that doubles each time it happens again (up to [`MOST_OFF`]) and halves
+//! each time a wait that kept its CPU saw its reply come while it did. A thread bound to one
+//! CPU never keeps it ([`omp_worker::spin::may_run_elsewhere`]).
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
@@ -108,8 +108,32 @@ mod tests {
         w
     }
 
+    /// Whether this test thread may keep its CPU at all (not when the tests run bound to one
+    /// CPU: what `a_thread_bound_to_one_cpu_never_keeps_it` checks).
+    fn may_keep() -> bool {
+        omp_worker::spin::may_run_elsewhere()
+    }
+
+    #[test]
+    fn a_thread_bound_to_one_cpu_never_keeps_it() {
+        std::thread::spawn(|| {
+            // SAFETY: a zeroed cpu_set_t is a valid empty set.
+            let mut one: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+            // SAFETY: CPU 0 is inside the set's size; CPU_SET writes only into `one`.
+            unsafe { libc::CPU_SET(0, &mut one) };
+            // SAFETY: `one` is a valid set of its size; pid 0 is this thread.
+            assert_eq!(unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &one) }, 0);
+            assert_eq!(KeepCpu::default().begin(Instant::now()).window, Duration::ZERO);
+        })
+        .join()
+        .unwrap();
+    }
+
     #[test]
     fn a_reply_right_after_the_first_yield_makes_twice_as_many_waits_yield_each_time() {
+        if !may_keep() {
+            return;
+        }
         let keep = KeepCpu::default();
         let w = wait_through(&keep, 0);
         assert_eq!(w.window, KEEP_CPU, "a wait keeps its CPU at first");
@@ -125,6 +149,9 @@ mod tests {
 
     #[test]
     fn a_first_yield_that_gave_the_cpu_away_makes_the_next_wait_yield() {
+        if !may_keep() {
+            return;
+        }
         let keep = KeepCpu::default();
         let w = Wait { since: Instant::now(), window: KEEP_CPU, pauses: 3, yields: 2 };
         keep.gave_up(&w);
@@ -135,6 +162,9 @@ mod tests {
 
     #[test]
     fn a_reply_caught_while_keeping_the_cpu_halves_the_count() {
+        if !may_keep() {
+            return;
+        }
         let keep = KeepCpu::default();
         for _ in 0..3 {
             keep.came(&wait_through(&keep, 1));

@@ -4,16 +4,16 @@
 //! link's state ([`Progress`]) sits behind a mutex, and a caller that finds it free moves
 //! everything itself: it sends what other callers queued (in order), then its own call,
 //! and polls MPI (keeping the CPU for a while, then yielding it between polls: `keep.rs`)
-//! until its reply is in, delivering the
-//! replies of others on the way ("the caller drives MPI"). Its reply then reaches the very
-//! thread that waits for it, with no hand-off: on a virtual machine, waking a thread that
-//! sleeps costs tens of microseconds, more than the whole MPI round trip.
+//! until its reply is in, delivering the replies of others on the way ("the caller drives
+//! MPI"). Its reply then reaches the very thread that waits for it, with no hand-off: on a
+//! virtual machine, waking a thread that sleeps costs tens of microseconds, more than the
+//! whole MPI round trip.
 //!
 //! A caller polls for at most [`SPIN`], and stops at once when a yield between polls gave
-//! the CPU to another process's time slice ([`proto::yield_cheaply`]: on a loaded machine a
-//! sleeping thread is woken sooner than a yielding one runs again). A reply still due then
-//! (a long kernel, a large copy) is left to the progress thread (`omp-mpi`), which the caller rings ([`Bell`]) before it
-//! sleeps on its slot. The progress thread works only while some caller sleeps: it polls
+//! the CPU to another process's time slice ([`crate::proto::yield_cheaply`]: on a loaded
+//! machine a sleeping thread is woken sooner than a yielding one runs again). A reply still
+//! due then (a long kernel, a large copy) is left to the progress thread (`omp-mpi`), which
+//! the caller rings ([`Bell`]) before it sleeps on its slot. The progress thread works only while some caller sleeps: it polls
 //! while a transfer is in flight and otherwise backs off ([`Backoff`](crate::proto::Backoff)),
 //! so a program waiting for a long kernel, or idle, uses almost no CPU.
 

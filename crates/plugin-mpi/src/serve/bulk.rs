@@ -55,7 +55,8 @@ impl Serve {
         while self.reads.iter().any(|r| r.source.is_some_and(|s| s.overlaps(&range))) {
             if start.elapsed() > SEND_LIMIT {
                 eprintln!(
-                    "offload-mpi-device: the program freed device memory that a read of it is still being sent from                      ({} s after it asked); ending the job",
+                    "offload-mpi-device: the program freed device memory that a read of it is still being sent \
+                     from ({} s after it asked); ending the job",
                     SEND_LIMIT.as_secs()
                 );
                 self.mpi.abort(1);
