@@ -369,13 +369,26 @@ impl Advisor {
             out.push_str(&format!("omptarget advice:   … and {} more\n", listed.len() - MAX_LISTED));
         }
         if !summed.is_empty() {
-            let bytes: u64 = summed.iter().filter(|r| r.0 .0.moves_data()).map(|r| r.1.bytes).sum();
+            // Bytes moved and bytes allocated are different savings: each said as what it is.
+            let sum = |moves: bool| -> Option<u64> {
+                let mut of_kind = summed.iter().filter(|r| r.0 .0.moves_data() == moves).peekable();
+                of_kind.peek().is_some().then(|| of_kind.map(|r| r.1.bytes).sum())
+            };
+            let what = match (sum(true), sum(false)) {
+                (Some(moved), None) => format!("{} in all", report::bytes(moved as usize)),
+                (None, Some(allocated)) => format!("{} allocated in all", report::bytes(allocated as usize)),
+                (Some(moved), Some(allocated)) => format!(
+                    "{} moved and {} allocated in all",
+                    report::bytes(moved as usize),
+                    report::bytes(allocated as usize)
+                ),
+                (None, None) => unreachable!("`summed` is not empty"),
+            };
             out.push_str(&format!(
-                "omptarget advice:   and {} smaller place{} ({} in all; each under 1 MiB and under 1% of the run's \
+                "omptarget advice:   and {} smaller place{} ({what}; each under 1 MiB and under 1% of the run's \
                  transfer time)\n",
                 summed.len(),
                 plural(summed.len() as u64),
-                report::bytes(bytes as usize)
             ));
         }
         out
@@ -481,6 +494,29 @@ mod tests {
              transfer time)"
         );
         assert_eq!(lines.len(), 5, "{s}");
+    }
+
+    #[test]
+    fn small_allocations_are_summed_as_bytes_allocated_not_moved() {
+        let a = Advisor::default();
+        a.transferred(Duration::from_millis(100));
+        for begin in [0x1000, 0x9000] {
+            for _ in 0..3 {
+                a.note(Waste::RepeatedAlloc, Loc::NONE, unnamed(begin, 4096), 1, 4096, Duration::ZERO);
+            }
+        }
+        let s = a.summary();
+        assert_eq!(
+            s.lines().nth(1),
+            Some(
+                "omptarget advice:   and 2 smaller places (24.0 KiB allocated in all; each under 1 MiB and under 1% \
+                 of the run's transfer time)"
+            ),
+            "{s}"
+        );
+        a.note(Waste::ResentToDevice, Loc::NONE, unnamed(0x20000, 80), 1, 80, Duration::ZERO);
+        let s = a.summary();
+        assert!(s.contains("(80 bytes moved and 24.0 KiB allocated in all; "), "{s}");
     }
 
     #[test]
