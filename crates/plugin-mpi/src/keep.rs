@@ -11,10 +11,15 @@
 //! its first yield, or that first yield gives the CPU away for long (to the other side's own
 //! wait, or to a busy process). When that happens the next waits yield from their start, for
 //! a number of waits that doubles each time it happens again (up to [`MOST_OFF`]) and halves
-//! each time a wait that kept its CPU saw its reply come while it did. A thread bound to one
-//! CPU never keeps it ([`omp_worker::spin::may_run_elsewhere`]).
+//! each time a wait that kept its CPU saw its reply come while it did.
+//!
+//! A thread bound to one CPU keeps it only where no rank it waits for may run on that CPU
+//! ([`set_peer_cpus`], from the ranks' hellos): Open MPI binds each rank to a core of its own
+//! when a job has no more ranks than the machine has cores, and then the other side never
+//! needs this one. A worker, which inherits its rank's binding, does need it: a rank that
+//! serves through one sets no peers, and its bound threads never keep their CPU.
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 /// How long a wait keeps its CPU between polls before it yields.
@@ -22,6 +27,67 @@ pub const KEEP_CPU: Duration = Duration::from_micros(30);
 
 /// The most waits that yield from their start after one that held the other side back.
 const MOST_OFF: u32 = 1 << 12;
+
+/// A set of CPUs (the first 128; a set with a CPU past them is taken as every CPU).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cpus(pub [u64; 2]);
+
+impl Cpus {
+    pub const ALL: Cpus = Cpus([u64::MAX; 2]);
+    pub const NONE: Cpus = Cpus([0; 2]);
+
+    /// The CPUs this thread may run on (every CPU where that cannot be read).
+    pub fn of_this_thread() -> Cpus {
+        // SAFETY: a zeroed cpu_set_t is a valid empty set; sched_getaffinity writes at most
+        // its size into it; pid 0 is this thread.
+        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        if unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) } != 0 {
+            return Cpus::ALL;
+        }
+        let mut cpus = Cpus::NONE;
+        for c in 0..libc::CPU_SETSIZE as usize {
+            // SAFETY: `set` is a valid cpu_set_t and `c` below its size.
+            if unsafe { libc::CPU_ISSET(c, &set) } {
+                if c >= 128 {
+                    return Cpus::ALL;
+                }
+                cpus.0[c / 64] |= 1 << (c % 64);
+            }
+        }
+        cpus
+    }
+
+    pub fn contains(&self, cpu: usize) -> bool {
+        cpu >= 128 || self.0[cpu / 64] & (1 << (cpu % 64)) != 0
+    }
+
+    pub fn union(self, other: Cpus) -> Cpus {
+        Cpus([self.0[0] | other.0[0], self.0[1] | other.0[1]])
+    }
+}
+
+/// The CPUs of this machine that the ranks this process waits for may run on (every CPU
+/// until [`set_peer_cpus`]).
+static PEER_CPUS: [AtomicU64; 2] = [AtomicU64::new(u64::MAX), AtomicU64::new(u64::MAX)];
+
+/// Says which CPUs of this machine the ranks this process waits for may run on (from their
+/// hellos; ranks on other machines take none).
+pub fn set_peer_cpus(cpus: Cpus) {
+    for (slot, word) in PEER_CPUS.iter().zip(cpus.0) {
+        slot.store(word, Ordering::Relaxed);
+    }
+}
+
+fn peer_cpus() -> Cpus {
+    Cpus([PEER_CPUS[0].load(Ordering::Relaxed), PEER_CPUS[1].load(Ordering::Relaxed)])
+}
+
+/// Whether a thread may keep its CPU while it waits: one that may run on several CPUs may;
+/// one bound to one CPU only when no rank it waits for may run there.
+fn may_keep(may_run_elsewhere: bool, only_cpu: Option<usize>, peers: Cpus) -> bool {
+    may_run_elsewhere || only_cpu.is_some_and(|c| !peers.contains(c))
+}
 
 /// What the waits of one loop (or of several threads taking turns) learnt.
 pub struct KeepCpu {
@@ -50,7 +116,7 @@ impl KeepCpu {
     /// A wait that began at `since`.
     pub fn begin(&self, since: Instant) -> Wait {
         let off = self.off.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1)).is_ok()
-            || !omp_worker::spin::may_run_elsewhere();
+            || !may_keep(omp_worker::spin::may_run_elsewhere(), omp_worker::spin::only_cpu(), peer_cpus());
         Wait { since, window: if off { Duration::ZERO } else { KEEP_CPU }, pauses: 0, yields: 0 }
     }
 
@@ -109,20 +175,42 @@ mod tests {
     }
 
     /// Whether this test thread may keep its CPU at all (not when the tests run bound to one
-    /// CPU: what `a_thread_bound_to_one_cpu_never_keeps_it` checks).
-    fn may_keep() -> bool {
+    /// CPU: what `a_thread_bound_to_one_cpu_never_keeps_it_when_the_peers_are_unknown` checks).
+    fn this_thread_may_keep() -> bool {
         omp_worker::spin::may_run_elsewhere()
     }
 
+    /// Binds this thread to CPU 0.
+    fn bind_to_cpu_0() {
+        // SAFETY: a zeroed cpu_set_t is a valid empty set.
+        let mut one: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        // SAFETY: CPU 0 is inside the set's size; CPU_SET writes only into `one`.
+        unsafe { libc::CPU_SET(0, &mut one) };
+        // SAFETY: `one` is a valid set of its size; pid 0 is this thread.
+        assert_eq!(unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &one) }, 0);
+    }
+
     #[test]
-    fn a_thread_bound_to_one_cpu_never_keeps_it() {
+    fn a_bound_thread_keeps_its_cpu_only_where_no_rank_it_waits_for_may_run() {
+        let on_cpu_1 = Cpus([0b10, 0]);
+        assert!(may_keep(false, Some(0), on_cpu_1), "the other side has a core of its own");
+        assert!(!may_keep(false, Some(1), on_cpu_1), "the other side needs this very core");
+        assert!(!may_keep(false, Some(0), Cpus::ALL), "peers unknown (a worker, or no hellos)");
+        assert!(may_keep(true, None, Cpus::ALL), "a thread that may run elsewhere keeps as before");
+        assert!(Cpus::NONE.union(on_cpu_1).contains(1) && !on_cpu_1.contains(0));
+        assert!(on_cpu_1.contains(300), "CPUs past the set's 128 are taken as in it");
+        let bound = std::thread::spawn(|| {
+            bind_to_cpu_0();
+            (Cpus::of_this_thread(), omp_worker::spin::only_cpu())
+        });
+        assert_eq!(bound.join().unwrap(), (Cpus([1, 0]), Some(0)));
+    }
+
+    #[test]
+    fn a_thread_bound_to_one_cpu_never_keeps_it_when_the_peers_are_unknown() {
         std::thread::spawn(|| {
-            // SAFETY: a zeroed cpu_set_t is a valid empty set.
-            let mut one: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-            // SAFETY: CPU 0 is inside the set's size; CPU_SET writes only into `one`.
-            unsafe { libc::CPU_SET(0, &mut one) };
-            // SAFETY: `one` is a valid set of its size; pid 0 is this thread.
-            assert_eq!(unsafe { libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &one) }, 0);
+            // (No test sets the peers' CPUs: they are every CPU.)
+            bind_to_cpu_0();
             assert_eq!(KeepCpu::default().begin(Instant::now()).window, Duration::ZERO);
         })
         .join()
@@ -131,7 +219,7 @@ mod tests {
 
     #[test]
     fn a_reply_right_after_the_first_yield_makes_twice_as_many_waits_yield_each_time() {
-        if !may_keep() {
+        if !this_thread_may_keep() {
             return;
         }
         let keep = KeepCpu::default();
@@ -149,7 +237,7 @@ mod tests {
 
     #[test]
     fn a_first_yield_that_gave_the_cpu_away_makes_the_next_wait_yield() {
-        if !may_keep() {
+        if !this_thread_may_keep() {
             return;
         }
         let keep = KeepCpu::default();
@@ -162,7 +250,7 @@ mod tests {
 
     #[test]
     fn a_reply_caught_while_keeping_the_cpu_halves_the_count() {
-        if !may_keep() {
+        if !this_thread_may_keep() {
             return;
         }
         let keep = KeepCpu::default();

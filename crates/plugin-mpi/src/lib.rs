@@ -147,6 +147,10 @@ fn start(flavor: omp_mpi::Flavor, info: bool) -> State {
         }
         ranks.push(Rank { rank: r as i32, host: h.host.clone(), devices: h.devices });
     }
+    // Where the device ranks on this machine run: a bound caller may keep its CPU while it
+    // waits for them when none of them runs there (keep.rs).
+    let me_index = usize::try_from(me).unwrap_or(usize::MAX);
+    keep::set_peer_cpus(proto::cpus_here(&hellos, me_index, |h| h.role == ROLE_DEVICE));
     let every_device_rank: Vec<i32> = (0..hellos.len())
         .filter(|&r| hellos[r].as_ref().is_some_and(|h| h.role == ROLE_DEVICE))
         .map(|r| r as i32)

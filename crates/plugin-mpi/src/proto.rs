@@ -22,7 +22,7 @@
 //!
 //! Every size that arrives is checked against a cap before anything is allocated.
 
-use crate::keep::{self, KeepCpu};
+use crate::keep::{self, Cpus, KeepCpu};
 use omp_mpi::Mpi;
 use omp_worker::wire::{Dec, Enc};
 use std::time::{Duration, Instant};
@@ -47,7 +47,7 @@ pub const OP_PEER_RECV: u8 = 0xf3;
 pub const OP_COPY_ACROSS: u8 = 0xf4;
 
 /// Bumped whenever a message's layout changes.
-pub const PROTOCOL: u32 = 3;
+pub const PROTOCOL: u32 = 4;
 
 /// Largest piece of a copy: one data message.
 pub const MAX_CHUNK: usize = omp_worker::wire::MAX_READ;
@@ -82,7 +82,10 @@ pub const ROLE_DEVICE: u32 = 2;
 pub const HELLO_LEN: usize = 128;
 const MAGIC: u32 = 0x4d50_4f4d;
 const VERSION_LEN: usize = 24;
-const HOST_LEN: usize = HELLO_LEN - 20 - VERSION_LEN;
+/// The CPU set's bytes, last in the hello (where an older protocol's hello had the end of
+/// its host name: its version still reads right).
+const CPUS_LEN: usize = 16;
+const HOST_LEN: usize = HELLO_LEN - 20 - VERSION_LEN - CPUS_LEN;
 
 /// This runtime's version, as the hello carries it.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
@@ -96,12 +99,22 @@ pub struct Hello {
     pub devices: u32,
     pub pid: u32,
     pub host: String,
+    /// The CPUs the rank's process may run on (as its first thread was bound at start).
+    pub cpus: Cpus,
 }
 
 impl Hello {
     /// This process, in `role`, offering `devices`.
     pub fn me(role: u32, devices: u32) -> Hello {
-        Hello { role, protocol: PROTOCOL, version: VERSION.into(), devices, pid: std::process::id(), host: hostname() }
+        Hello {
+            role,
+            protocol: PROTOCOL,
+            version: VERSION.into(),
+            devices,
+            pid: std::process::id(),
+            host: hostname(),
+            cpus: Cpus::of_this_thread(),
+        }
     }
 
     pub fn encode(&self) -> [u8; HELLO_LEN] {
@@ -114,7 +127,11 @@ impl Hello {
             dst[..n].copy_from_slice(&s.as_bytes()[..n]);
         };
         text(&mut b[20..20 + VERSION_LEN], &self.version);
-        text(&mut b[20 + VERSION_LEN..], &self.host);
+        text(&mut b[20 + VERSION_LEN..HELLO_LEN - CPUS_LEN], &self.host);
+        for (i, w) in self.cpus.0.iter().enumerate() {
+            let at = HELLO_LEN - CPUS_LEN + 8 * i;
+            b[at..at + 8].copy_from_slice(&w.to_le_bytes());
+        }
         b
     }
 
@@ -137,7 +154,11 @@ impl Hello {
             devices: word(3),
             pid: word(4),
             version: text(&b[20..20 + VERSION_LEN]),
-            host: text(&b[20 + VERSION_LEN..]),
+            host: text(&b[20 + VERSION_LEN..HELLO_LEN - CPUS_LEN]),
+            cpus: Cpus([0, 1].map(|i| {
+                let at = HELLO_LEN - CPUS_LEN + 8 * i;
+                u64::from_le_bytes(b[at..at + 8].try_into().expect("8 bytes"))
+            })),
         })
     }
 
@@ -158,6 +179,23 @@ pub fn hostname() -> String {
     }
     let end = b.iter().position(|&c| c == 0).unwrap_or(b.len());
     String::from_utf8_lossy(&b[..end]).into_owned()
+}
+
+/// The CPUs of this machine that the ranks of `hellos` other than `me` which `wanted` picks
+/// (and which speak our protocol) may run on: what a wait of `me` waits for
+/// ([`keep::set_peer_cpus`]).
+pub fn cpus_here(hellos: &[Option<Hello>], me: usize, wanted: impl Fn(&Hello) -> bool) -> Cpus {
+    // Our name as a hello carries it (cut to its field).
+    let here = {
+        let name = hostname();
+        let n = name.len().min(HOST_LEN - 1);
+        String::from_utf8_lossy(&name.as_bytes()[..n]).into_owned()
+    };
+    hellos
+        .iter()
+        .enumerate()
+        .filter_map(|(r, h)| h.as_ref().filter(|h| r != me && h.matches_us() && h.host == here && wanted(h)))
+        .fold(Cpus::NONE, |all, h| all.union(h.cpus))
 }
 
 /// Every rank's hello, in rank order (`None` for a rank that sent something else). Gives up
@@ -380,8 +418,12 @@ mod tests {
         let old = Hello { protocol: PROTOCOL + 1, ..h.clone() };
         assert!(!Hello::decode(&old.encode()).unwrap().matches_us());
         // An overlong host name is cut, never spills.
-        let long = Hello { host: "h".repeat(500), ..h };
-        assert_eq!(Hello::decode(&long.encode()).unwrap().host.len(), HOST_LEN - 1);
+        let long = Hello { host: "h".repeat(500), ..h.clone() };
+        let decoded = Hello::decode(&long.encode()).unwrap();
+        assert_eq!(decoded.host.len(), HOST_LEN - 1);
+        assert_eq!(decoded.cpus, h.cpus, "the host name leaves the CPU set alone");
+        let bound = Hello { cpus: Cpus([0b101, 1 << 63]), ..h };
+        assert_eq!(Hello::decode(&bound.encode()), Some(bound));
     }
 
     #[test]

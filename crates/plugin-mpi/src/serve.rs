@@ -13,6 +13,7 @@
 
 use crate::backend::{Backend, InProcess, Job};
 use crate::direct::{DeviceMemory, DeviceRange};
+use crate::keep;
 use crate::peer::{Copied, Peers};
 use crate::proto::{
     self, Backoff, CopyAcross, Hello, PeerCopy, MAX_CHUNK, MAX_REQUEST, OP_COPY_ACROSS, OP_PEER_RECV, OP_PEER_SEND,
@@ -156,6 +157,12 @@ pub fn main(devices: u32, serving: Serving) -> i32 {
                 proto::PROTOCOL
             );
         }
+    }
+    // In process, the rank's bound threads may keep their CPU while they wait where no other
+    // rank of this machine runs on it; a worker inherits the rank's binding and needs it.
+    if matches!(serving, Serving::InProcess) {
+        let me = usize::try_from(rank).unwrap_or(usize::MAX);
+        keep::set_peer_cpus(proto::cpus_here(&hellos, me, |_| true));
     }
     let device_ranks: Vec<i32> = (0..hellos.len())
         .filter(|&r| hellos[r].as_ref().is_some_and(|h| h.role == ROLE_DEVICE))

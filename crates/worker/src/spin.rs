@@ -199,18 +199,33 @@ impl SpinWait {
 /// CPU while it waits: where the other side was started from it (a worker inherits the
 /// program's binding) it needs that very CPU.
 pub fn may_run_elsewhere() -> bool {
+    this_threads_cpus().is_none_or(|(count, _)| count > 1)
+}
+
+/// The one CPU this thread is bound to, if it is bound to exactly one (read once per thread).
+pub fn only_cpu() -> Option<usize> {
+    this_threads_cpus().and_then(|(count, first)| (count == 1).then_some(first))
+}
+
+/// How many CPUs this thread may run on, and the first of them; `None` where the affinity
+/// cannot be read.
+fn this_threads_cpus() -> Option<(usize, usize)> {
     thread_local! {
-        static ELSEWHERE: bool = {
+        static CPUS: Option<(usize, usize)> = {
             // SAFETY: a zeroed cpu_set_t is a valid empty set; sched_getaffinity writes at
             // most its size into it.
             let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
             // SAFETY: as above; pid 0 is this thread.
             let ok = unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) } == 0;
-            // SAFETY: `set` is a valid cpu_set_t.
-            !ok || unsafe { libc::CPU_COUNT(&set) } > 1
+            // SAFETY: `set` is a valid cpu_set_t; CPU_ISSET reads below its size only.
+            ok.then(|| unsafe {
+                let count = libc::CPU_COUNT(&set) as usize;
+                let first = (0..libc::CPU_SETSIZE as usize).find(|&c| libc::CPU_ISSET(c, &set)).unwrap_or(0);
+                (count, first)
+            })
         };
     }
-    ELSEWHERE.with(|e| *e)
+    CPUS.with(|c| *c)
 }
 
 /// Takes one from a count of waits left, if any is: whether one was.
