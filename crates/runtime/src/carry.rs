@@ -12,7 +12,7 @@
 use crate::data::{ConstructState, MapArgs, MapError};
 use crate::device::DeviceError;
 use crate::error::{report, Diagnostic, Lines};
-use crate::launch::KernelLaunch;
+use crate::launch::{KernelLaunch, OFFLOAD_SUCCESS};
 use crate::table::Lookup;
 use crate::{DeviceCtx, Failed, Loc, Runtime};
 use std::fmt;
@@ -107,8 +107,15 @@ impl Runtime {
             return self.target_kernel(loc, i64::from(home.id), host_ptr, launch);
         }
         let rc = self.target_kernel(loc, i64::from(dev.id), host_ptr, launch);
-        // A region whose device was lost has failed already (and said so); its data at home
-        // is what it was before, as a failed region's.
+        if rc != OFFLOAD_SUCCESS {
+            // The device could not be used at all (lost since the placement): nothing ran.
+            // The host version would compute on the host's copy, not the data at home, so the
+            // region runs at home, as it would have without spreading.
+            let _ = self.let_go(dev, &mut sections).and(self.let_go(home, &mut sections));
+            return self.target_kernel(loc, i64::from(home.id), host_ptr, launch);
+        }
+        // A region whose device was lost while it ran has failed already (and said so); its
+        // data at home is what it was before, as a failed region's.
         let back = if dev.lost().is_none() { self.copy_sections(dev, home, &sections) } else { Ok(()) };
         let released = self.let_go(dev, &mut sections).and(self.let_go(home, &mut sections));
         if let Err(e) = back.and(released) {

@@ -44,6 +44,15 @@ fn runtime(variable: bool) -> Runtime {
     counting_runtime(variable).0
 }
 
+/// The three mock devices of the last [`counting_runtime`] made on this thread.
+fn last_mocks() -> [SharedMock; 3] {
+    MOCKS.with(|m| m.borrow().clone())
+}
+
+thread_local! {
+    static MOCKS: std::cell::RefCell<[SharedMock; 3]> = Default::default();
+}
+
 /// [`runtime`], with each device's count of kernel runs. The kernel adds one to each of the
 /// four `u64`s its first argument points to (tests that launch pass such an array).
 fn counting_runtime(variable: bool) -> (Runtime, Arc<[AtomicU64; 3]>) {
@@ -64,6 +73,7 @@ fn counting_runtime(variable: bool) -> (Runtime, Arc<[AtomicU64; 3]>) {
         );
         m.0.add_global("g", GLOBAL.len());
     }
+    MOCKS.with(|m| *m.borrow_mut() = mocks.clone());
     let config = Config::from_env(|k| (k == "LIBOMPTARGET_SPREAD").then(|| "1".to_string()));
     let rt = Runtime::new(config, Box::new(Host), vec![Box::new(ThreeMocks(mocks))]);
     let entry = |addr: usize, name: &std::ffi::CStr, size: u64| OffloadEntry {
@@ -195,18 +205,9 @@ fn data_entered_on_the_default_device_is_carried_to_the_region_and_back() {
     rt.data_directive(Loc::NONE, 0, &mut enter.args(), Directive::Begin, false);
     for _ in 0..6 {
         let mut region_args = Arrays::new(&[(at, 32, TOFROM)]);
-        let mut launch = KernelLaunch {
-            version: 3,
-            args: region_args.args(),
-            num_teams: 1,
-            thread_limit: 1,
-            tripcount: 0,
-            nowait: true,
-            teams_yz: [0; 2],
-            threads_yz: [0; 2],
-            dyn_group_mem: 0,
-        };
-        assert_eq!(rt.target_kernel(Loc::NONE, -1, region(), &mut launch), crate::launch::OFFLOAD_SUCCESS);
+        let mut nowait = launch(&mut region_args);
+        nowait.nowait = true;
+        assert_eq!(rt.target_kernel(Loc::NONE, -1, region(), &mut nowait), crate::launch::OFFLOAD_SUCCESS);
         // SAFETY: `data` is live; the runtime wrote nothing into it (a volatile read, as the
         // compiler cannot see the runtime's promise).
         assert_eq!(unsafe { std::ptr::read_volatile(&data) }, [5; 4], "the host copy is not touched");
@@ -221,6 +222,42 @@ fn data_entered_on_the_default_device_is_carried_to_the_region_and_back() {
     let mut exit = Arrays::new(&[(at, 32, mt::FROM)]);
     rt.data_directive(Loc::NONE, 0, &mut exit.args(), Directive::End, false);
     assert_eq!(data, [11; 4], "six regions, wherever they ran, each added one at home");
+}
+
+/// A one-region launch of the test kernel over `region_args`.
+fn launch<'a>(region_args: &'a mut Arrays) -> KernelLaunch<'a> {
+    KernelLaunch {
+        version: 3,
+        args: region_args.args(),
+        num_teams: 1,
+        thread_limit: 1,
+        tripcount: 0,
+        nowait: false,
+        teams_yz: [0; 2],
+        threads_yz: [0; 2],
+        dyn_group_mem: 0,
+    }
+}
+
+#[test]
+fn a_region_whose_data_cannot_be_carried_to_its_device_runs_at_home() {
+    let (rt, runs) = counting_runtime(false);
+    let mut data = [5u64; 4];
+    let at = data.as_mut_ptr() as usize;
+    let mut enter = Arrays::new(&[(at, 32, mt::TO)]);
+    rt.data_directive(Loc::NONE, 0, &mut enter.args(), Directive::Begin, false);
+    let (home, there) = (rt.device(0).unwrap(), rt.device(1).unwrap());
+    rt.ensure_loaded(&there).expect("the image loads");
+    last_mocks()[1].0.lose("unplugged");
+    let mut region_args = Arrays::new(&[(at, 32, TOFROM)]);
+    let rc = rt.target_carried(Loc::NONE, region(), &mut launch(&mut region_args), &there, &home, &[0]);
+    assert_eq!(rc, crate::launch::OFFLOAD_SUCCESS);
+    let ran: Vec<u64> = runs.iter().map(|r| r.load(Ordering::Relaxed)).collect();
+    assert_eq!(ran, [1, 0, 0], "the region ran at home");
+    assert_eq!(home.lock_table().iter().next().map(|e| e.dyn_rc), Some(1), "home's hold was let go");
+    let mut exit = Arrays::new(&[(at, 32, mt::FROM)]);
+    rt.data_directive(Loc::NONE, 0, &mut exit.args(), Directive::End, false);
+    assert_eq!(data, [6; 4]);
 }
 
 fn spread_in_flight(rt: &Runtime) -> Vec<u32> {
