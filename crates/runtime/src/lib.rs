@@ -6,7 +6,6 @@
 //! this crate calls down into [`omp_plugin`] devices.
 
 pub mod api;
-mod carry;
 pub mod compose;
 pub mod config;
 pub mod construct;

@@ -9,13 +9,6 @@
 //! here: libomp releases a target task only when the tasks it depends on have ended, and a
 //! region here ends with its data back on the host.
 //!
-//! Data entered on the default device (`target enter data`, an enclosing `target data`)
-//! is *carried*: an entry that names a whole such mapping is copied from the default device
-//! to the region's device before the region (rank to rank between MPI devices) and back
-//! after it (`carry.rs`), so the default device holds what the region left there, as if it
-//! had run there. Any other entry that finds data on the default device (a part of a
-//! mapping, a bare pointer, a member or attached pointer) keeps the region home.
-//!
 //! Placement is least loaded: the device with the fewest regions in flight placed through
 //! here, ties taking turns. A HEFT-style list scheduler needs the task graph ahead of time
 //! and per-device costs that differ; the runtime sees each task only when libomp releases
@@ -49,8 +42,7 @@ pub enum Stay {
     /// Entry `i` is `present`, `delete`, `use_device_*`, non-contiguous, or has a mapper.
     MapType(usize),
     /// Entry `i`'s data is already on the device (enter data, an enclosing `target data`,
-    /// or another region in flight), and the entry is not a whole mapping that could be
-    /// carried (a part of one, a bare pointer, a member or an attached pointer).
+    /// or another region in flight).
     Present(usize),
     /// Entry `i` passes the address of device memory (`is_device_ptr`, `has_device_addr`,
     /// an `omp_target_alloc` block).
@@ -63,7 +55,7 @@ impl fmt::Display for Stay {
             Stay::SharedMemory => f.write_str("unified shared memory is required"),
             Stay::DeclareTargetData => f.write_str("the program has declare-target variables"),
             Stay::MapType(i) => write!(f, "map entry {i} is present, delete, use_device, strided or has a mapper"),
-            Stay::Present(i) => write!(f, "map entry {i} is already on the device, and not as a whole mapping"),
+            Stay::Present(i) => write!(f, "map entry {i} is already on the device"),
             Stay::DeviceAddress(i) => write!(f, "argument {i} is a device address"),
         }
     }
@@ -85,10 +77,6 @@ pub struct Spread {
     /// starts at one of them is such a region's own data, not data entered on the device.
     /// Counted: several regions may map the same data.
     own: Mutex<HashMap<(i32, usize), u32>>,
-    /// The mappings that regions in flight carried to a device, by device and host address
-    /// (counted): another region may carry the same data there (it reads it too, or the
-    /// program races), but never onto data the program mapped on that device itself.
-    carries: Mutex<HashMap<(i32, usize), u32>>,
 }
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -101,49 +89,24 @@ struct Slot {
 /// its data starts at when it was moved (its own data, see [`Spread::own`]).
 pub struct Placement<'s> {
     pub device: Arc<DeviceCtx>,
-    /// Entries that name data entered on the default device, which the region reaches there
-    /// and must be carried to `device` and back (`carry.rs`); empty when `device` is the
-    /// default device.
-    pub carried: Vec<usize>,
-    /// The default device, where the carried entries' data lives.
-    pub home: Option<Arc<DeviceCtx>>,
     spread: &'s Spread,
     mapped: Vec<usize>,
-    /// The host addresses of the carried mappings, counted in [`Spread::carries`].
-    carried_at: Vec<usize>,
 }
 
 impl Drop for Placement<'_> {
     fn drop(&mut self) {
         let id = self.device.id;
         self.spread.release(id);
-        uncount(&self.spread.own, id, &self.mapped);
-        uncount(&self.spread.carries, id, &self.carried_at);
-    }
-}
-
-/// Counts `addresses` on device `id` in `counts`.
-fn count(counts: &Mutex<HashMap<(i32, usize), u32>>, id: i32, addresses: &[usize]) {
-    if addresses.is_empty() {
-        return;
-    }
-    let mut counts = counts.lock();
-    for &a in addresses {
-        *counts.entry((id, a)).or_insert(0) += 1;
-    }
-}
-
-/// Takes back what [`count`] counted.
-fn uncount(counts: &Mutex<HashMap<(i32, usize), u32>>, id: i32, addresses: &[usize]) {
-    if addresses.is_empty() {
-        return;
-    }
-    let mut counts = counts.lock();
-    for &a in addresses {
-        if let Some(n) = counts.get_mut(&(id, a)) {
-            *n -= 1;
-            if *n == 0 {
-                counts.remove(&(id, a));
+        if self.mapped.is_empty() {
+            return;
+        }
+        let mut own = self.spread.own.lock();
+        for &begin in &self.mapped {
+            if let Some(n) = own.get_mut(&(id, begin)) {
+                *n -= 1;
+                if *n == 0 {
+                    own.remove(&(id, begin));
+                }
             }
         }
     }
@@ -159,7 +122,7 @@ impl Spread {
         }
         slots[i].in_flight += 1;
         drop(slots);
-        Placement { device, carried: Vec::new(), home: None, spread: self, mapped: Vec::new(), carried_at: Vec::new() }
+        Placement { device, spread: self, mapped: Vec::new() }
     }
 
     /// The least loaded of `candidates` that is neither refused nor `tried`, counted in
@@ -201,28 +164,15 @@ impl Spread {
         self.own.lock().keys().filter(|k| k.0 == id).map(|k| k.1).collect()
     }
 
-    /// Places a movable region on `device`, the data it brings from the host counted as its
-    /// own there (not the `carried` entries: that data belongs to the default device `home`).
-    fn moved_to(
-        &self,
-        device: Arc<DeviceCtx>,
-        home: &Arc<DeviceCtx>,
-        args: &MapArgs,
-        carried: Vec<usize>,
-    ) -> Placement<'_> {
-        let mapped = mapped_addresses(args, &carried);
-        count(&self.own, device.id, &mapped);
-        if Arc::ptr_eq(&device, home) || carried.is_empty() {
-            return Placement { device, carried: Vec::new(), home: None, spread: self, mapped, carried_at: Vec::new() };
+    /// Places a movable region on `device`, its data counted as its own there.
+    fn moved_to(&self, device: Arc<DeviceCtx>, args: &MapArgs) -> Placement<'_> {
+        let mapped = mapped_addresses(args);
+        let mut own = self.own.lock();
+        for &begin in &mapped {
+            *own.entry((device.id, begin)).or_insert(0) += 1;
         }
-        let carried_at: Vec<usize> = carried.iter().map(|&i| args.begins[i]).collect();
-        count(&self.carries, device.id, &carried_at);
-        Placement { device, carried, home: Some(home.clone()), spread: self, mapped, carried_at }
-    }
-
-    /// The host addresses of the mappings that regions in flight carried to `id` (a snapshot).
-    fn carried_to(&self, id: i32) -> Vec<usize> {
-        self.carries.lock().keys().filter(|k| k.0 == id).map(|k| k.1).collect()
+        drop(own);
+        Placement { device, spread: self, mapped }
     }
 
     /// Regions in flight on each device, by device number (for tests and the trace).
@@ -248,10 +198,10 @@ fn maps_data(ty: i64) -> bool {
 }
 
 /// The host addresses a region's data starts at: its sections and the pointers its member
-/// and attach entries write into (but not its `carried` entries').
-fn mapped_addresses(args: &MapArgs, carried: &[usize]) -> Vec<usize> {
+/// and attach entries write into.
+fn mapped_addresses(args: &MapArgs) -> Vec<usize> {
     let mut v = Vec::new();
-    for i in (0..args.len()).filter(|&i| maps_data(args.types[i]) && !carried.contains(&i)) {
+    for i in (0..args.len()).filter(|&i| maps_data(args.types[i])) {
         v.push(args.begins[i]);
         if has(args.types[i], mt::PTR_AND_OBJ) || has(args.types[i], mt::ATTACH) {
             v.push(args.bases[i]);
@@ -261,24 +211,9 @@ fn mapped_addresses(args: &MapArgs, carried: &[usize]) -> Vec<usize> {
 }
 
 /// Whether every entry that maps data is new in `table`, or a section inside a mapping that
-/// starts at one of `own` (made by a movable region in flight), or (with `carry`) names a
-/// whole mapping of `table` that may be carried, or attaches a new pointer to data carried;
-/// `Ok` with the carried entries, or `Err(Present(i))` for the first entry that is none of
-/// these. A pointer that a member or attach entry writes into must be new as well.
-fn classify(table: &MappingTable, own: &[usize], args: &MapArgs, carry: bool) -> Result<Vec<usize>, Stay> {
-    classify_but(table, own, args, carry, &[])
-}
-
-/// [`classify`], leaving out the entries in `skip`.
-fn classify_but(
-    table: &MappingTable,
-    own: &[usize],
-    args: &MapArgs,
-    carry: bool,
-    skip: &[usize],
-) -> Result<Vec<usize>, Stay> {
-    let mut carried = Vec::new();
-    let mut attached = Vec::new();
+/// starts at one of `own` (made by a movable region in flight); `Err(Present(i))` for the
+/// first that is not. A pointer that a member or attach entry writes into must be new as well.
+fn all_new(table: &MappingTable, own: &[usize], args: &MapArgs) -> Result<(), Stay> {
     // A bare pointer (zero-length section) that finds another region's data would be
     // translated to that data's device copy on its device, and to nothing elsewhere.
     let new = |begin: usize, size: usize| match table.lookup(begin, size) {
@@ -286,54 +221,19 @@ fn classify_but(
         Lookup::Contained(k) => size > 0 && own.contains(&k),
         Lookup::Extends(_) => false,
     };
-    for i in (0..args.len()).filter(|&i| maps_data(args.types[i]) && !skip.contains(&i)) {
+    for i in (0..args.len()).filter(|&i| maps_data(args.types[i])) {
         let ty = args.types[i];
         // Mapped data, a zero-length section or bare pointer, a lambda's captured pointer
         // (LITERAL without TARGET_PARAM).
-        let data_new = new(args.begins[i], args.sizes[i].max(0) as usize);
-        let pointer_new =
-            !(has(ty, mt::PTR_AND_OBJ) || has(ty, mt::ATTACH)) || new(args.bases[i], std::mem::size_of::<usize>());
-        if data_new && pointer_new {
-            continue;
+        let mut ok = new(args.begins[i], args.sizes[i].max(0) as usize);
+        if has(ty, mt::PTR_AND_OBJ) || has(ty, mt::ATTACH) {
+            ok &= new(args.bases[i], std::mem::size_of::<usize>());
         }
-        if carry && pointer_new && carriable(table, ty, args.begins[i], args.sizes[i]) {
-            carried.push(i);
-        } else if carry && pointer_new && has(ty, mt::ATTACH) {
-            // (clang 22: a pointer variable attached to the section it names)
-            attached.push(i);
-        } else {
+        if !ok {
             return Err(Stay::Present(i));
         }
     }
-    // An attach entry's target must lie in data the region carries: the pointer is then
-    // attached to the carried copy where the region runs, as it is at home.
-    for i in attached {
-        let carried_here = match table.lookup(args.begins[i], args.sizes[i].max(0) as usize) {
-            Lookup::Contained(k) => carried.iter().any(|&c| args.begins[c] == k),
-            _ => false,
-        };
-        if !carried_here {
-            return Err(Stay::Present(i));
-        }
-    }
-    Ok(carried)
-}
-
-/// Whether an entry names exactly one whole mapping of `table` by itself: not a part of one
-/// (a kernel may reach past its section into the rest, which a copy of the section would
-/// not hold), not a member or attached pointer (their pointers need translating), not a
-/// zero-length section.
-fn carriable(table: &MappingTable, ty: i64, begin: usize, size: i64) -> bool {
-    let Ok(size) = usize::try_from(size) else { return false };
-    if size == 0 || ty & (mt::PTR_AND_OBJ | mt::ATTACH | mt::MEMBER_OF) != 0 {
-        return false;
-    }
-    match table.lookup(begin, size) {
-        Lookup::Contained(k) => {
-            table.get(k).is_some_and(|e| e.begin == begin && e.size() == size && e.shadows.is_empty())
-        }
-        _ => false,
-    }
+    Ok(())
 }
 
 /// Whether a by-value argument passes an address of device memory the runtime knows: an
@@ -371,36 +271,27 @@ impl Runtime {
         args: &MapArgs,
     ) -> Option<Placement<'s>> {
         let Ok(Target::Device(default)) = self.check_device(-1, loc) else { return None };
-        let carried = match self.movable(spread, &default, args) {
-            Ok(carried) => carried,
-            Err(why) => {
-                crate::debug!(
-                    "omptarget",
-                    "spread: target region at {} stays on device {}: {why}",
-                    loc.parse(),
-                    default.id
-                );
-                return Some(spread.occupy(default));
-            }
-        };
+        if let Err(why) = self.movable(spread, &default, args) {
+            crate::debug!(
+                "omptarget",
+                "spread: target region at {} stays on device {}: {why}",
+                loc.parse(),
+                default.id
+            );
+            return Some(spread.occupy(default));
+        }
         let candidates: Vec<Arc<DeviceCtx>> =
             self.devices().into_iter().filter(|d| d.plugin == default.plugin && d.lost().is_none()).collect();
         let mut tried = Vec::new();
         while let Some(dev) = spread.least_loaded(&candidates, &tried) {
             if Arc::ptr_eq(&dev, &default) {
                 crate::debug!("omptarget", "spread: target region at {} placed on device {}", loc.parse(), dev.id);
-                return Some(spread.moved_to(dev, &default, args, carried));
+                return Some(spread.moved_to(dev, args));
             }
-            match self.can_take(spread, &dev, host_ptr, args, &carried) {
+            match self.can_take(spread, &dev, host_ptr, args) {
                 Ok(()) => {
-                    crate::debug!(
-                        "omptarget",
-                        "spread: target region at {} placed on device {}{}",
-                        loc.parse(),
-                        dev.id,
-                        Carrying(&carried, default.id)
-                    );
-                    return Some(spread.moved_to(dev, &default, args, carried));
+                    crate::debug!("omptarget", "spread: target region at {} placed on device {}", loc.parse(), dev.id);
+                    return Some(spread.moved_to(dev, args));
                 }
                 Err(why) => {
                     crate::debug!(
@@ -414,20 +305,12 @@ impl Runtime {
                 }
             }
         }
-        Some(spread.moved_to(default.clone(), &default, args, carried))
+        Some(spread.moved_to(default, args))
     }
 
     /// Whether `dev`, another device of the default device's kind, can run a movable
-    /// region: its images load, it has the kernel, and the region's data is new there (the
-    /// `carried` entries' data not there, or only as other regions in flight carried it).
-    fn can_take(
-        &self,
-        spread: &Spread,
-        dev: &DeviceCtx,
-        host_ptr: usize,
-        args: &MapArgs,
-        carried: &[usize],
-    ) -> Result<(), String> {
+    /// region: its images load, it has the kernel, and the region's data is new there.
+    fn can_take(&self, spread: &Spread, dev: &DeviceCtx, host_ptr: usize, args: &MapArgs) -> Result<(), String> {
         if let Err(e) = self.ensure_loaded(dev) {
             spread.refuse(dev.id);
             return Err(format!("its images did not load: {e}"));
@@ -436,30 +319,11 @@ impl Runtime {
             return Err("it has no such kernel".into());
         }
         let own = spread.own(dev.id);
-        let carries = if carried.is_empty() { Vec::new() } else { spread.carried_to(dev.id) };
-        // The carried entries, and the pointers attached to them, are checked below.
-        let in_carried = |i: usize| {
-            carried.iter().any(|&c| args.begins[i].wrapping_sub(args.begins[c]) < args.sizes[c].max(0) as usize)
-        };
-        let skip: Vec<usize> = (0..args.len())
-            .filter(|&i| carried.contains(&i) || (has(args.types[i], mt::ATTACH) && in_carried(i)))
-            .collect();
-        let table = dev.lock_table();
-        classify_but(&table, &own, args, false, &skip).map_err(|why| why.to_string())?;
-        let elsewhere = |i: usize| match table.lookup(args.begins[i], args.sizes[i].max(0) as usize) {
-            Lookup::NotFound => true,
-            Lookup::Contained(k) => k == args.begins[i] && carries.contains(&k),
-            Lookup::Extends(_) => false,
-        };
-        match carried.iter().find(|&&i| !elsewhere(i)) {
-            Some(i) => Err(format!("map entry {i}, entered on the default device, is mapped on this device too")),
-            None => Ok(()),
-        }
+        all_new(&dev.lock_table(), &own, args).map_err(|why| why.to_string())
     }
 
-    /// The rule: whether the region may run on another device of the default device's kind;
-    /// `Ok` with the entries whose data must be carried from the default device.
-    fn movable(&self, spread: &Spread, default: &DeviceCtx, args: &MapArgs) -> Result<Vec<usize>, Stay> {
+    /// The rule: whether the region may run on another device of the default device's kind.
+    fn movable(&self, spread: &Spread, default: &DeviceCtx, args: &MapArgs) -> Result<(), Stay> {
         if self.requires_usm() {
             return Err(Stay::SharedMemory);
         }
@@ -469,7 +333,7 @@ impl Runtime {
         movable_map_types(args)?;
         device_address(&self.api_allocs, default, args)?;
         let own = spread.own(default.id);
-        classify(&default.lock_table(), &own, args, true)
+        all_new(&default.lock_table(), &own, args)
     }
 
     /// Whether any registered binary has declare-target variables (computed once per
@@ -491,20 +355,6 @@ impl Runtime {
             .any(|e| !e.is_requires() && !e.is_indirect() && (e.size > 0 || e.is_link()));
         *cached = Some((generation, answer));
         answer
-    }
-}
-
-/// The debug trace's note of carried entries: ", carrying entries 0, 2 from device 4".
-struct Carrying<'a>(&'a [usize], i32);
-
-impl fmt::Display for Carrying<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let Some((first, rest)) = self.0.split_first() else { return Ok(()) };
-        write!(f, ", carrying map entr{} {first}", if rest.is_empty() { "y" } else { "ies" })?;
-        for i in rest {
-            write!(f, ", {i}")?;
-        }
-        write!(f, " from device {}", self.1)
     }
 }
 

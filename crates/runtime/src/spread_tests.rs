@@ -2,13 +2,11 @@
 
 use super::*;
 use crate::data::Directive;
-use crate::launch::KernelLaunch;
 use crate::test_host::Host;
 use crate::{Config, Descriptor};
 use omp_format::OffloadEntry;
 use omp_plugin::mock::{MockDevice, SharedMock};
 use omp_plugin::{AllocKind, Device, Plugin};
-use std::sync::atomic::AtomicU64;
 
 /// One plugin with three mock devices: devices of one kind.
 struct ThreeMocks([SharedMock; 3]);
@@ -41,39 +39,11 @@ fn region() -> usize {
 /// A runtime with spreading on over three mock devices that have the kernel; `variable`
 /// adds a declare-target variable to the binary.
 fn runtime(variable: bool) -> Runtime {
-    counting_runtime(variable).0
-}
-
-/// The three mock devices of the last [`counting_runtime`] made on this thread.
-fn last_mocks() -> [SharedMock; 3] {
-    MOCKS.with(|m| m.borrow().clone())
-}
-
-thread_local! {
-    static MOCKS: std::cell::RefCell<[SharedMock; 3]> = Default::default();
-}
-
-/// [`runtime`], with each device's count of kernel runs. The kernel adds one to each of the
-/// four `u64`s its first argument points to (tests that launch pass such an array).
-fn counting_runtime(variable: bool) -> (Runtime, Arc<[AtomicU64; 3]>) {
     let mocks: [SharedMock; 3] = Default::default();
-    let runs: Arc<[AtomicU64; 3]> = Arc::default();
-    for (id, m) in mocks.iter().enumerate() {
-        let count = runs.clone();
-        m.0.add_kernel(
-            "k",
-            Box::new(move |d: &MockDevice, args: &[usize]| {
-                count[id].fetch_add(1, Ordering::Relaxed);
-                for k in 0..4 {
-                    let at = args[0] + 8 * k;
-                    let v = u64::from_ne_bytes(d.read(at, 8).try_into().expect("8 bytes"));
-                    d.write(at, &(v + 1).to_ne_bytes());
-                }
-            }),
-        );
+    for m in &mocks {
+        m.0.add_kernel("k", Box::new(|_: &MockDevice, _: &[usize]| {}));
         m.0.add_global("g", GLOBAL.len());
     }
-    MOCKS.with(|m| *m.borrow_mut() = mocks.clone());
     let config = Config::from_env(|k| (k == "LIBOMPTARGET_SPREAD").then(|| "1".to_string()));
     let rt = Runtime::new(config, Box::new(Host), vec![Box::new(ThreeMocks(mocks))]);
     let entry = |addr: usize, name: &std::ffi::CStr, size: u64| OffloadEntry {
@@ -97,7 +67,7 @@ fn counting_runtime(variable: bool) -> (Runtime, Arc<[AtomicU64; 3]>) {
             layout: omp_format::EntryLayout::V1,
         })
     };
-    (rt, runs)
+    rt
 }
 
 /// The map arrays of one entry.
@@ -172,96 +142,24 @@ fn regions_in_flight_go_to_the_least_loaded_devices_and_leave_them_when_done() {
 }
 
 #[test]
-fn a_region_that_uses_part_of_data_entered_on_the_default_device_stays_there() {
+fn a_region_whose_data_is_already_on_the_default_device_stays_there() {
     let rt = runtime(false);
     let spread = rt.spread.as_deref().expect("spreading is on");
     let entered = [5u64; 4];
     let mut enter = Arrays::new(&[(entered.as_ptr() as usize, 32, mt::TO)]);
     rt.data_directive(Loc::NONE, 0, &mut enter.args(), Directive::Begin, false);
-    // Half of the mapping: the kernel may reach the other half through the pointer.
-    let mut region_args = Arrays::new(&[(entered.as_ptr() as usize, 16, TOFROM)]);
+    let mut region_args = Arrays::new(&[(entered.as_ptr() as usize, 32, TOFROM)]);
     let args = region_args.args();
     let placed: Vec<_> = (0..3).map(|_| rt.place(spread, Loc::NONE, region(), &args).expect("placed")).collect();
     assert!(placed.iter().all(|p| p.device.id == 0), "entered data keeps every region on device 0");
     assert_eq!(rt.movable(spread, &rt.device(0).unwrap(), &args), Err(Stay::Present(0)));
     drop(placed);
-    // The whole mapping is carried instead.
-    let mut whole = Arrays::new(&[(entered.as_ptr() as usize, 32, TOFROM), (7, 4, BY_VALUE)]);
-    assert_eq!(rt.movable(spread, &rt.device(0).unwrap(), &whole.args()), Ok(vec![0]));
     // Data entered on another device keeps the region off that one.
     let mut exit = Arrays::new(&[(entered.as_ptr() as usize, 32, 0)]);
     rt.data_directive(Loc::NONE, 0, &mut exit.args(), Directive::End, false);
     rt.data_directive(Loc::NONE, 1, &mut enter.args(), Directive::Begin, false);
     let placed: Vec<_> = (0..4).map(|_| rt.place(spread, Loc::NONE, region(), &args).expect("placed")).collect();
     assert!(placed.iter().all(|p| p.device.id != 1), "{:?}", spread.in_flight());
-}
-
-#[test]
-fn data_entered_on_the_default_device_is_carried_to_the_region_and_back() {
-    let (rt, runs) = counting_runtime(false);
-    let mut data = [5u64; 4];
-    let at = data.as_mut_ptr() as usize;
-    let mut enter = Arrays::new(&[(at, 32, mt::TO)]);
-    rt.data_directive(Loc::NONE, 0, &mut enter.args(), Directive::Begin, false);
-    for _ in 0..6 {
-        let mut region_args = Arrays::new(&[(at, 32, TOFROM)]);
-        let mut nowait = launch(&mut region_args);
-        nowait.nowait = true;
-        assert_eq!(rt.target_kernel(Loc::NONE, -1, region(), &mut nowait), crate::launch::OFFLOAD_SUCCESS);
-        // SAFETY: `data` is live; the runtime wrote nothing into it (a volatile read, as the
-        // compiler cannot see the runtime's promise).
-        assert_eq!(unsafe { std::ptr::read_volatile(&data) }, [5; 4], "the host copy is not touched");
-        for id in 1..3 {
-            assert_eq!(rt.device(id).unwrap().lock_table().iter().count(), 0, "device {id} let the data go");
-        }
-    }
-    assert_eq!(spread_in_flight(&rt), [0, 0, 0]);
-    let ran: Vec<u64> = runs.iter().map(|r| r.load(Ordering::Relaxed)).collect();
-    assert_eq!(ran.iter().sum::<u64>(), 6, "{ran:?}");
-    assert!(ran[1] + ran[2] > 0, "equally loaded devices take turns: some regions moved ({ran:?})");
-    let mut exit = Arrays::new(&[(at, 32, mt::FROM)]);
-    rt.data_directive(Loc::NONE, 0, &mut exit.args(), Directive::End, false);
-    assert_eq!(data, [11; 4], "six regions, wherever they ran, each added one at home");
-}
-
-/// A one-region launch of the test kernel over `region_args`.
-fn launch<'a>(region_args: &'a mut Arrays) -> KernelLaunch<'a> {
-    KernelLaunch {
-        version: 3,
-        args: region_args.args(),
-        num_teams: 1,
-        thread_limit: 1,
-        tripcount: 0,
-        nowait: false,
-        teams_yz: [0; 2],
-        threads_yz: [0; 2],
-        dyn_group_mem: 0,
-    }
-}
-
-#[test]
-fn a_region_whose_data_cannot_be_carried_to_its_device_runs_at_home() {
-    let (rt, runs) = counting_runtime(false);
-    let mut data = [5u64; 4];
-    let at = data.as_mut_ptr() as usize;
-    let mut enter = Arrays::new(&[(at, 32, mt::TO)]);
-    rt.data_directive(Loc::NONE, 0, &mut enter.args(), Directive::Begin, false);
-    let (home, there) = (rt.device(0).unwrap(), rt.device(1).unwrap());
-    rt.ensure_loaded(&there).expect("the image loads");
-    last_mocks()[1].0.lose("unplugged");
-    let mut region_args = Arrays::new(&[(at, 32, TOFROM)]);
-    let rc = rt.target_carried(Loc::NONE, region(), &mut launch(&mut region_args), &there, &home, &[0]);
-    assert_eq!(rc, crate::launch::OFFLOAD_SUCCESS);
-    let ran: Vec<u64> = runs.iter().map(|r| r.load(Ordering::Relaxed)).collect();
-    assert_eq!(ran, [1, 0, 0], "the region ran at home");
-    assert_eq!(home.lock_table().iter().next().map(|e| e.dyn_rc), Some(1), "home's hold was let go");
-    let mut exit = Arrays::new(&[(at, 32, mt::FROM)]);
-    rt.data_directive(Loc::NONE, 0, &mut exit.args(), Directive::End, false);
-    assert_eq!(data, [6; 4]);
-}
-
-fn spread_in_flight(rt: &Runtime) -> Vec<u32> {
-    rt.spread.as_deref().expect("spreading is on").in_flight()
 }
 
 #[test]
@@ -276,21 +174,13 @@ fn data_that_a_movable_region_in_flight_mapped_is_its_own_not_entered_data() {
     // The region maps its data on its device, as its launch does.
     let mut enter = Arrays::new(&[(shared.as_ptr() as usize, 32, mt::TO)]);
     rt.data_directive(Loc::NONE, dev.id.into(), &mut enter.args(), Directive::Begin, false);
-    assert_eq!(
-        classify(&dev.lock_table(), &[], &args, false),
-        Err(Stay::Present(0)),
-        "without the region, entered data"
-    );
-    assert_eq!(
-        classify(&dev.lock_table(), &spread.own(dev.id), &args, false),
-        Ok(vec![]),
-        "the region in flight's own data"
-    );
+    assert_eq!(all_new(&dev.lock_table(), &[], &args), Err(Stay::Present(0)), "without the region, entered data");
+    assert_eq!(all_new(&dev.lock_table(), &spread.own(dev.id), &args), Ok(()), "the region in flight's own data");
     let second = rt.place(spread, Loc::NONE, region(), &args).expect("placed");
     assert_ne!(second.device.id, dev.id, "a second reader goes to a less loaded device");
     drop((first, second));
     assert!(spread.own(dev.id).is_empty(), "a region's data is its own only while it runs");
-    assert_eq!(classify(&dev.lock_table(), &spread.own(dev.id), &args, false), Err(Stay::Present(0)));
+    assert_eq!(all_new(&dev.lock_table(), &spread.own(dev.id), &args), Err(Stay::Present(0)));
 }
 
 #[test]
@@ -320,29 +210,4 @@ fn a_binary_with_declare_target_variables_keeps_its_regions_on_the_default_devic
 fn spreading_off_is_no_state_at_all() {
     let rt = Runtime::new(Config::default(), Box::new(Host), Vec::new());
     assert!(rt.spread.is_none());
-}
-
-#[test]
-fn data_is_carried_onto_a_copy_other_regions_carried_but_never_onto_the_programs_own() {
-    let rt = runtime(false);
-    let spread = rt.spread.as_deref().expect("spreading is on");
-    let data = [5u64; 4];
-    let at = data.as_ptr() as usize;
-    let mut enter = Arrays::new(&[(at, 32, mt::TO)]);
-    rt.data_directive(Loc::NONE, 0, &mut enter.args(), Directive::Begin, false);
-    let mut region_args = Arrays::new(&[(at, 32, TOFROM)]);
-    let args = region_args.args();
-    let first = rt.place(spread, Loc::NONE, region(), &args).expect("placed");
-    let first =
-        if first.device.id == 0 { rt.place(spread, Loc::NONE, region(), &args).expect("placed") } else { first };
-    let there = first.device.clone();
-    assert_eq!(first.carried, [0]);
-    // The first region's carry maps the data there, as `target_carried` does.
-    rt.data_directive(Loc::NONE, there.id.into(), &mut enter.args(), Directive::Begin, false);
-    assert_eq!(rt.can_take(spread, &there, region(), &args, &[0]), Ok(()), "onto another region's carried copy");
-    drop(first);
-    assert!(
-        rt.can_take(spread, &there, region(), &args, &[0]).is_err(),
-        "the same mapping, no longer a carry in flight, is the program's own there"
-    );
 }
