@@ -1,8 +1,11 @@
 // A tiled 1-D stencil as a DAG of `target nowait` tasks (docs/cluster.md, "Spreading"): tile w
 // of step t reads tiles w-1, w, w+1 of step t-1 (`depend(in:)`) and writes its own
 // (`depend(out:)`), all data in the task's own map clauses. Then a few tasks that use a
-// table entered on the default device (`target enter data`): those must stay there.
-// Prints every tile's checksum; the output is the same wherever the tasks run.
+// table entered on the default device (`target enter data`): those must stay there. Then
+// tasks that each update one column of an entered array while naming all of it, with no
+// `depend` between them (legal: they write disjoint columns): they must stay there too (a
+// copy of the whole array run elsewhere and copied back would undo the other columns).
+// Prints every tile's and column's checksum; the output is the same wherever the tasks run.
 // usage: dag [work]   (work: inner iterations per element, default 50)
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,6 +16,7 @@
 
 static double grid[2][W][N];
 static double table[N];
+static double cols[W][N];
 
 int main(int argc, char **argv) {
   int work = argc > 1 ? atoi(argv[1]) : 50;
@@ -21,7 +25,11 @@ int main(int argc, char **argv) {
       grid[0][w][i] = w * N + i;
   for (int i = 0; i < N; i++)
     table[i] = 0.25 * i;
+  for (int w = 0; w < W; w++)
+    for (int i = 0; i < N; i++)
+      cols[w][i] = (w + i) % 13;
 #pragma omp target enter data map(to : table[0 : N])
+#pragma omp target enter data map(to : cols)
 #pragma omp parallel
 #pragma omp single
   {
@@ -48,13 +56,28 @@ int main(int argc, char **argv) {
       for (int i = 0; i < N; i++)
         c[i] += table[i];
     }
+    // Each writes its own column of the entered `cols`, naming all of it.
+    for (int r = 1; r <= 3; r++) {
+      for (int w = 0; w < W; w++) {
+#pragma omp target nowait depend(inout : cols[w][0]) map(tofrom : cols) firstprivate(r, w)
+        for (int i = 0; i < N; i++)
+          cols[w][i] = cols[w][i] * 0.5 + r * w;
+      }
+    }
   }
 #pragma omp target exit data map(release : table[0 : N])
+#pragma omp target exit data map(from : cols)
   for (int w = 0; w < W; w++) {
     double s = 0;
     for (int i = 0; i < N; i++)
       s += grid[T % 2][w][i] * (1 + i % 3);
     printf("tile %d: %.9e\n", w, s);
+  }
+  for (int w = 0; w < W; w++) {
+    double s = 0;
+    for (int i = 0; i < N; i++)
+      s += cols[w][i] * (1 + i % 5);
+    printf("column %d: %.9e\n", w, s);
   }
   return 0;
 }
