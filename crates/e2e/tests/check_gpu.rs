@@ -196,14 +196,14 @@ fn a_cxx_kernels_std_string_is_named_and_the_hosts_iostream_is_not() {
         let o = run(&exe, &["verbose"], "gpu");
         assert_eq!(text(&o.stdout), "n=40\n");
         let calls = host_calls(&o);
-        // std::string's own code in the C++ library (which calls operator new there), and
-        // operator delete.
+        // std::string's own code in the C++ library, but not operator delete, which the kernel
+        // calls itself: clang's OpenMP device headers define it for a GPU.
         assert!(calls.iter().any(|(_, n)| n.starts_with("std::string::")), "{llvm:?}: {}", text(&o.stderr));
-        assert!(calls.iter().any(|(_, n)| n == "operator delete"), "{llvm:?}: {}", text(&o.stderr));
-        assert!(calls.iter().all(|(at, _)| at.starts_with("gpu_host_call.cpp:10")), "{calls:?}");
+        assert!(!calls.iter().any(|(_, n)| n.starts_with("operator ")), "{llvm:?}: {}", text(&o.stderr));
+        assert!(calls.iter().all(|(at, _)| at.starts_with("gpu_host_call.cpp:11")), "{calls:?}");
         assert!(findings(&o)
             .iter()
-            .all(|f| f.ends_with("keep std:: types, streams and new/delete out of device code")));
+            .all(|f| f.ends_with("keep std:: types and streams out of device code (plain new and delete work there)")));
         let o = run(&exe, &[], "gpu");
         assert!(findings(&o).is_empty(), "{llvm:?}: {}", text(&o.stderr));
         assert_eq!(text(&o.stdout), "n=1\n");

@@ -18,7 +18,7 @@ pub fn what_to_do(sym: &str) -> &'static str {
     } else if sym.starts_with("_FortranA") {
         "flang's runtime is not built for the GPU: keep the statement or intrinsic that calls it out of device code"
     } else if sym.starts_with("_Z") {
-        "keep std:: types, streams and new/delete out of device code"
+        "keep std:: types and streams out of device code (plain new and delete work there)"
     } else {
         "call it on the host, or give the device its own definition inside 'declare target'"
     }

@@ -17,6 +17,14 @@
 //!   `memcpy`, … with a size check.
 //! * **The CPU loader and runtime's own**: `__tls_get_addr` (a `threadprivate` variable),
 //!   `__cxa_finalize` (an image unloaded).
+//! * **C++ `new` and `delete`.** clang's OpenMP device headers (`__clang_openmp_device_functions.h`,
+//!   included in every GPU compile of C++, and its `new` wrapper) define the global
+//!   `operator new`, `new[]`, `delete`, `delete[]`, their sized and `nothrow` forms in terms
+//!   of the device's `malloc` and `free` (clang 19 and 22 alike); the CPU build calls the C++
+//!   library's. The aligned forms (`std::align_val_t`) are not among them: still findings.
+//! * **128-bit integer division**: `__divti3`, `__udivti3`, `__modti3`, `__umodti3` are
+//!   compiler-rt's on the CPU; the NVIDIA and AMD back ends expand the division inline (checked
+//!   with clang 19 and 22 for both).
 
 use crate::Family;
 
@@ -119,6 +127,21 @@ const CPU_FORMS: &[&str] = &[
     "__memset_chk",
     "__tls_get_addr",
     "__cxa_finalize",
+    // operator new, new[], delete, delete[]: plain, sized (C++14) and nothrow.
+    "_Znwm",
+    "_Znam",
+    "_ZdlPv",
+    "_ZdaPv",
+    "_ZdlPvm",
+    "_ZdaPvm",
+    "_ZnwmRKSt9nothrow_t",
+    "_ZnamRKSt9nothrow_t",
+    "_ZdlPvRKSt9nothrow_t",
+    "_ZdaPvRKSt9nothrow_t",
+    "__divti3",
+    "__udivti3",
+    "__modti3",
+    "__umodti3",
 ];
 
 /// True when a kernel of a CPU build that called `symbol` calls something no GPU's device
@@ -136,7 +159,19 @@ mod tests {
 
     #[test]
     fn host_only_functions_are_named() {
-        for s in ["fopen", "strtok", "strlen", "abort", "exit", "sinl", "calloc", "_Znwm", "_FortranAioBeginOpenUnit"] {
+        for s in [
+            "fopen",
+            "strtok",
+            "strlen",
+            "abort",
+            "exit",
+            "sinl",
+            "calloc",
+            "_ZnwmSt11align_val_t",
+            "_ZNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEE9_M_createERmm",
+            "__floattidf",
+            "_FortranAioBeginOpenUnit",
+        ] {
             assert!(no_gpu_provides(s), "{s}");
         }
     }
@@ -160,6 +195,11 @@ mod tests {
             "__kmpc_fork_call",
             "omp_get_thread_num",
             "__tls_get_addr",
+            "_Znwm",
+            "_ZdlPvm",
+            "_ZdaPv",
+            "__udivti3",
+            "__modti3",
         ] {
             assert!(!no_gpu_provides(s), "{s}");
         }

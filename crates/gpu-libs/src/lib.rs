@@ -21,7 +21,8 @@
 //!
 //! Not provided, because no Debian package ships them for the GPU (LLVM's GPU libc, flang's
 //! GPU runtime): the rest of the C library (`fopen`, `strlen`, `abort`, `exit`, …), the C++
-//! library (`std::string`, iostreams, `operator new` …) and flang's runtime (`_FortranA*`:
+//! library (`std::string`, iostreams, … but not plain `operator new` and `delete`, which
+//! clang's OpenMP device headers define: `cpu_calls.rs`) and flang's runtime (`_FortranA*`:
 //! I/O statements, many intrinsics).
 
 #![forbid(unsafe_code)]

@@ -1,6 +1,7 @@
-// A kernel that builds a std::string when asked (any argument): std::string's storage comes
-// from operator new, which no GPU's device libraries provide. The host's own std::cout is
-// no kernel's business: without the argument nothing is said.
+// A kernel that builds a std::string when asked (any argument): std::string's code is the C++
+// library's, which no GPU has (its storage's operator new and delete are not findings: clang's
+// OpenMP device headers define them). The host's own std::cout is no kernel's business:
+// without the argument nothing is said.
 #include <iostream>
 #include <string>
 
