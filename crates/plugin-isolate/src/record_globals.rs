@@ -232,10 +232,16 @@ extern "C" fn save_at_exit() {
     }
 }
 
-/// From a handler of a failure that ends the worker (`why`: the signal): copies each global
-/// into its room in the area, marks it copied, and says so in the arena's header. Only the
-/// first thread to fail copies; the others wait for it (a while). Async-signal-safe.
+/// From a handler of a failure that ends the worker (`why`: the signal): lets what the
+/// kernels printed reach the program (for a signal: output already taken from the pipes is
+/// sent, the rest stays there for the parent), then copies each global into its room in
+/// the area, marks it copied, and says so in the arena's header. Only the first thread to
+/// fail copies; the others wait for it (a while). Async-signal-safe.
 pub fn save(why: u64) {
+    if why != SAVED_AT_EXIT {
+        // (At exit, the worker's own exit handler still forwards what is left.)
+        omp_worker::capture::stop_and_wait_until_sent();
+    }
     let base = ARENA_BASE.load(Ordering::Acquire);
     if base == 0 {
         return;

@@ -6,7 +6,32 @@ use crate::wire;
 use omp_sync::Mutex;
 use std::fs::File;
 use std::os::fd::{AsRawFd, FromRawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
+
+/// Set while output read from the pipes may not have reached the sink yet: a worker that
+/// died meanwhile would lose it. What is still in a pipe, the worker's parent reads after
+/// the death.
+static SENDING: AtomicBool = AtomicBool::new(false);
+/// Set by a fault that ends the process: nothing more is taken out of the pipes.
+static DYING: AtomicBool = AtomicBool::new(false);
+
+/// From a handler of a fault that ends the process: stops taking output out of the pipes and
+/// waits (a bounded while) for what was taken to reach the sink, so that what a kernel
+/// printed before it failed reaches the program, through the sink or from the pipe.
+/// Async-signal-safe.
+pub fn stop_and_wait_until_sent() {
+    // With `drain`'s SeqCst pair: either it sees DYING and takes nothing, or this sees
+    // SENDING and waits until what it took is sent.
+    DYING.store(true, Ordering::SeqCst);
+    for _ in 0..100_000 {
+        if !SENDING.load(Ordering::SeqCst) {
+            return;
+        }
+        // SAFETY: sched_yield has no preconditions.
+        unsafe { libc::sched_yield() };
+    }
+}
 
 /// Where captured output goes: its tag ([`wire::OUT_STDOUT`] or [`wire::OUT_STDERR`]) and
 /// bytes; an error means nobody takes it any more (the process then ends at once).
@@ -122,6 +147,11 @@ impl Capture {
             return;
         }
         let mut buf = [0u8; 64 << 10];
+        SENDING.store(true, Ordering::SeqCst);
+        if DYING.load(Ordering::SeqCst) {
+            SENDING.store(false, Ordering::SeqCst);
+            return;
+        }
         for (r, tag) in ends.iter_mut() {
             loop {
                 match r.read(&mut buf) {
@@ -138,5 +168,6 @@ impl Capture {
                 }
             }
         }
+        SENDING.store(false, Ordering::SeqCst);
     }
 }
