@@ -38,22 +38,13 @@ impl Cpus {
 
     /// The CPUs this thread may run on (every CPU where that cannot be read).
     pub fn of_this_thread() -> Cpus {
-        // SAFETY: a zeroed cpu_set_t is a valid empty set; sched_getaffinity writes at most
-        // its size into it; pid 0 is this thread.
-        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-        // SAFETY: as above.
-        if unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) } != 0 {
-            return Cpus::ALL;
-        }
+        let Some(list) = omp_worker::spin::cpus_of_this_thread() else { return Cpus::ALL };
         let mut cpus = Cpus::NONE;
-        for c in 0..libc::CPU_SETSIZE as usize {
-            // SAFETY: `set` is a valid cpu_set_t and `c` below its size.
-            if unsafe { libc::CPU_ISSET(c, &set) } {
-                if c >= 128 {
-                    return Cpus::ALL;
-                }
-                cpus.0[c / 64] |= 1 << (c % 64);
+        for c in list {
+            if c >= 128 {
+                return Cpus::ALL;
             }
+            cpus.0[c / 64] |= 1 << (c % 64);
         }
         cpus
     }

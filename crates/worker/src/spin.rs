@@ -207,23 +207,25 @@ pub fn only_cpu() -> Option<usize> {
     this_threads_cpus().and_then(|(count, first)| (count == 1).then_some(first))
 }
 
-/// How many CPUs this thread may run on, and the first of them; `None` where the affinity
-/// cannot be read.
+/// The CPUs this thread may run on, as they are now; `None` where they cannot be read.
+pub fn cpus_of_this_thread() -> Option<Vec<usize>> {
+    // SAFETY: a zeroed cpu_set_t is a valid empty set; sched_getaffinity writes at most its
+    // size into it; pid 0 is this thread.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    if unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) } != 0 {
+        return None;
+    }
+    // SAFETY: `set` is a valid cpu_set_t, and each CPU_ISSET reads below its size.
+    Some((0..libc::CPU_SETSIZE as usize).filter(|&c| unsafe { libc::CPU_ISSET(c, &set) }).collect())
+}
+
+/// How many CPUs this thread may run on, and the first of them (read once per thread);
+/// `None` where the affinity cannot be read.
 fn this_threads_cpus() -> Option<(usize, usize)> {
     thread_local! {
-        static CPUS: Option<(usize, usize)> = {
-            // SAFETY: a zeroed cpu_set_t is a valid empty set; sched_getaffinity writes at
-            // most its size into it.
-            let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-            // SAFETY: as above; pid 0 is this thread.
-            let ok = unsafe { libc::sched_getaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &mut set) } == 0;
-            // SAFETY: `set` is a valid cpu_set_t; CPU_ISSET reads below its size only.
-            ok.then(|| unsafe {
-                let count = libc::CPU_COUNT(&set) as usize;
-                let first = (0..libc::CPU_SETSIZE as usize).find(|&c| libc::CPU_ISSET(c, &set)).unwrap_or(0);
-                (count, first)
-            })
-        };
+        static CPUS: Option<(usize, usize)> =
+            cpus_of_this_thread().map(|cpus| (cpus.len(), cpus.first().copied().unwrap_or(0)));
     }
     CPUS.with(|c| *c)
 }
