@@ -370,19 +370,15 @@ impl Advisor {
         }
         if !summed.is_empty() {
             // Bytes moved and bytes allocated are different savings: each said as what it is.
-            let sum = |moves: bool| -> Option<u64> {
-                let mut of_kind = summed.iter().filter(|r| r.0 .0.moves_data() == moves).peekable();
-                of_kind.peek().is_some().then(|| of_kind.map(|r| r.1.bytes).sum())
+            let (moving, allocating): (Vec<_>, Vec<_>) = summed.iter().partition(|r| r.0 .0.moves_data());
+            let total = |rows: &[&(&(Waste, Loc, Who), &Tally)]| {
+                report::bytes(rows.iter().map(|r| r.1.bytes).sum::<u64>() as usize)
             };
-            let what = match (sum(true), sum(false)) {
-                (Some(moved), None) => format!("{} in all", report::bytes(moved as usize)),
-                (None, Some(allocated)) => format!("{} allocated in all", report::bytes(allocated as usize)),
-                (Some(moved), Some(allocated)) => format!(
-                    "{} moved and {} allocated in all",
-                    report::bytes(moved as usize),
-                    report::bytes(allocated as usize)
-                ),
-                (None, None) => unreachable!("`summed` is not empty"),
+            let (moved, allocated) = (total(&moving), total(&allocating));
+            let what = match (moving.is_empty(), allocating.is_empty()) {
+                (_, true) => format!("{moved} in all"),
+                (true, false) => format!("{allocated} allocated in all"),
+                (false, false) => format!("{moved} moved and {allocated} allocated in all"),
             };
             out.push_str(&format!(
                 "omptarget advice:   and {} smaller place{} ({what}; each under 1 MiB and under 1% of the run's \
