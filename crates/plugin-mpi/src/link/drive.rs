@@ -13,9 +13,10 @@
 //! the CPU to another process's time slice ([`crate::proto::yield_cheaply`]: on a loaded
 //! machine a sleeping thread is woken sooner than a yielding one runs again). A reply still
 //! due then (a long kernel, a large copy) is left to the progress thread (`omp-mpi`), which
-//! the caller rings ([`Bell`]) before it sleeps on its slot. The progress thread works only while some caller sleeps: it polls
-//! while a transfer is in flight and otherwise backs off ([`Backoff`](crate::proto::Backoff)),
-//! so a program waiting for a long kernel, or idle, uses almost no CPU.
+//! the caller rings ([`Bell`]) before it sleeps on its slot. The progress thread works only
+//! while some caller sleeps: it polls while a transfer is in flight and otherwise backs off
+//! ([`Backoff`](crate::proto::Backoff)), so a program waiting for a long kernel, or idle,
+//! uses almost no CPU.
 
 use super::Progress;
 use crate::keep::KeepCpu;
