@@ -183,14 +183,10 @@ pub fn hostname() -> String {
 
 /// The CPUs of this machine that the ranks of `hellos` other than `me` which `wanted` picks
 /// (and which speak our protocol) may run on: what a wait of `me` waits for
-/// ([`keep::set_peer_cpus`]).
+/// ([`keep::set_peer_cpus`]). Every CPU when `me` is not among them (this machine unknown).
 pub fn cpus_here(hellos: &[Option<Hello>], me: usize, wanted: impl Fn(&Hello) -> bool) -> Cpus {
-    // Our name as a hello carries it (cut to its field).
-    let here = {
-        let name = hostname();
-        let n = name.len().min(HOST_LEN - 1);
-        String::from_utf8_lossy(&name.as_bytes()[..n]).into_owned()
-    };
+    // Our machine's name as the others received it (cut to its field).
+    let Some(here) = hellos.get(me).and_then(|h| h.as_ref()).map(|h| h.host.as_str()) else { return Cpus::ALL };
     hellos
         .iter()
         .enumerate()
@@ -424,6 +420,23 @@ mod tests {
         assert_eq!(decoded.cpus, h.cpus, "the host name leaves the CPU set alone");
         let bound = Hello { cpus: Cpus([0b101, 1 << 63]), ..h };
         assert_eq!(Hello::decode(&bound.encode()), Some(bound));
+    }
+
+    #[test]
+    fn the_cpus_waited_for_are_those_of_the_other_ranks_on_this_machine() {
+        let on = |host: &str, cpus: u64| {
+            Some(Hello { host: host.into(), cpus: Cpus([cpus, 0]), ..Hello::me(ROLE_DEVICE, 1) })
+        };
+        let stranger = Some(Hello { protocol: PROTOCOL + 1, ..on("a", 0b1000).unwrap() });
+        let hellos = [on("a", 0b1), on("a", 0b10), on("b", 0b100), stranger, None];
+        assert_eq!(
+            cpus_here(&hellos, 0, |_| true),
+            Cpus([0b10, 0]),
+            "not ours, not another machine's, not a stranger's"
+        );
+        assert_eq!(cpus_here(&hellos, 1, |_| true), Cpus([0b1, 0]));
+        assert_eq!(cpus_here(&hellos, 4, |_| true), Cpus::ALL, "our own hello unknown: every CPU");
+        assert_eq!(cpus_here(&hellos, 0, |h| h.devices > 1), Cpus::NONE, "only the ranks asked for");
     }
 
     #[test]
