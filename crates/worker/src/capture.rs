@@ -133,6 +133,10 @@ impl Capture {
                 return;
             }
             self.drain();
+            if DYING.load(Ordering::SeqCst) {
+                // What is left stays in the pipes, for the parent; polling them would spin.
+                return;
+            }
         }
     }
 
