@@ -57,7 +57,10 @@ impl Runtime {
     fn target_kernel_spread(&self, spread: &Spread, loc: Loc, host_ptr: usize, launch: &mut KernelLaunch) -> i32 {
         launch.nowait = false;
         match self.place(spread, loc, host_ptr, &launch.args) {
-            Some(placed) => self.target_kernel(loc, i64::from(placed.device.id), host_ptr, launch),
+            Some(placed) => match placed.home.clone() {
+                Some(home) => self.target_carried(loc, host_ptr, launch, &placed, &home),
+                None => self.target_kernel(loc, i64::from(placed.device.id), host_ptr, launch),
+            },
             None => self.target_kernel(loc, self.resolve_device(-1), host_ptr, launch),
         }
     }

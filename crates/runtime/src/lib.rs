@@ -6,6 +6,7 @@
 //! this crate calls down into [`omp_plugin`] devices.
 
 pub mod api;
+mod carry;
 pub mod compose;
 pub mod config;
 pub mod construct;

@@ -9,6 +9,16 @@
 //! here: libomp releases a target task only when the tasks it depends on have ended, and a
 //! region here ends with its data back on the host.
 //!
+//! Data entered on the default device (`target enter data`, an enclosing `target data`) that
+//! a region names goes along on a *trip* (`carry.rs`) when nothing else uses it there: it is
+//! copied to the region's device (rank to rank between MPI devices), every later region that
+//! names it *follows* it there while it is away, every other construct that touches it at
+//! home waits, and it is copied home when the last region using it ends. One copy of it is
+//! in use at any time, so regions that write disjoint parts of it with no `depend` between
+//! them see each other's writes, as at home. A mapping is taken only when the runtime can see
+//! every way to reach it: no pointer of another mapping attached to it, none inside it, its
+//! device address never handed to the program, one reference (no construct using it now).
+//!
 //! Placement is least loaded: the device with the fewest regions in flight placed through
 //! here, ties taking turns. A HEFT-style list scheduler needs the task graph ahead of time
 //! and per-device costs that differ; the runtime sees each task only when libomp releases
@@ -16,12 +26,13 @@
 //! wherever it runs, so the earliest-finishing device is the least loaded one.
 
 use crate::api::Allocations;
+use crate::carry::{classify_home, Need, Trips};
 use crate::data::MapArgs;
 use crate::map_type::{self as mt, has};
 use crate::table::{Lookup, MappingTable};
 use crate::{DeviceCtx, Loc, Runtime, Target};
 use omp_sync::Mutex;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -42,8 +53,12 @@ pub enum Stay {
     /// Entry `i` is `present`, `delete`, `use_device_*`, non-contiguous, or has a mapper.
     MapType(usize),
     /// Entry `i`'s data is already on the device (enter data, an enclosing `target data`,
-    /// or another region in flight).
+    /// or another region in flight), and cannot go along: a part of a mapping reached through
+    /// a member or attached pointer, data in use at home, or reachable in ways the runtime
+    /// does not see (attached pointers, a device address handed out).
     Present(usize),
+    /// The region names entered data that is away on two different devices.
+    Scattered,
     /// Entry `i` passes the address of device memory (`is_device_ptr`, `has_device_addr`,
     /// an `omp_target_alloc` block).
     DeviceAddress(usize),
@@ -56,6 +71,7 @@ impl fmt::Display for Stay {
             Stay::DeclareTargetData => f.write_str("the program has declare-target variables"),
             Stay::MapType(i) => write!(f, "map entry {i} is present, delete, use_device, strided or has a mapper"),
             Stay::Present(i) => write!(f, "map entry {i} is already on the device"),
+            Stay::Scattered => f.write_str("its entered data is away on two devices"),
             Stay::DeviceAddress(i) => write!(f, "argument {i} is a device address"),
         }
     }
@@ -77,6 +93,13 @@ pub struct Spread {
     /// starts at one of them is such a region's own data, not data entered on the device.
     /// Counted: several regions may map the same data.
     own: Mutex<HashMap<(i32, usize), u32>>,
+    /// Mappings of a default device away on trips, by (default device, host begin).
+    /// Locked after that device's table when both are (`carry.rs`).
+    pub(crate) trips: Mutex<Trips>,
+    /// Mappings whose device address the program was handed (`use_device_ptr`/`addr`,
+    /// `omp_get_mapped_ptr`), by (device, host begin): it may reach them without naming them,
+    /// so they never go on a trip. Locked after the device's table.
+    exposed: Mutex<HashSet<(i32, usize)>>,
 }
 
 #[derive(Debug, Default, Clone, Copy)]
@@ -86,11 +109,16 @@ struct Slot {
 }
 
 /// A region's device, counted as in flight there until dropped, with the host addresses
-/// its data starts at when it was moved (its own data, see [`Spread::own`]).
+/// its data starts at when it was moved (its own data, see [`Spread::own`]), and the trips
+/// of entered data it takes part in.
 pub struct Placement<'s> {
     pub device: Arc<DeviceCtx>,
-    spread: &'s Spread,
+    pub(crate) spread: &'s Spread,
     mapped: Vec<usize>,
+    /// The default device the region's entered data lives on, when it goes along.
+    pub(crate) home: Option<Arc<DeviceCtx>>,
+    /// The entered data that goes along: mappings this region takes there, and all it uses.
+    pub(crate) need: Need,
 }
 
 impl Drop for Placement<'_> {
@@ -122,7 +150,7 @@ impl Spread {
         }
         slots[i].in_flight += 1;
         drop(slots);
-        Placement { device, spread: self, mapped: Vec::new() }
+        Placement { device, spread: self, mapped: Vec::new(), home: None, need: Need::default() }
     }
 
     /// The least loaded of `candidates` that is neither refused nor `tried`, counted in
@@ -164,15 +192,32 @@ impl Spread {
         self.own.lock().keys().filter(|k| k.0 == id).map(|k| k.1).collect()
     }
 
-    /// Places a movable region on `device`, its data counted as its own there.
-    fn moved_to(&self, device: Arc<DeviceCtx>, args: &MapArgs) -> Placement<'_> {
-        let mapped = mapped_addresses(args);
+    /// Places a movable region on `device`, the data it brings from the host counted as its
+    /// own there (not the entered data it `need`s: that lives at `home` and goes along).
+    fn moved_to(
+        &self,
+        device: Arc<DeviceCtx>,
+        args: &MapArgs,
+        home: Option<Arc<DeviceCtx>>,
+        need: Need,
+    ) -> Placement<'_> {
+        let mapped = mapped_addresses(args, &need.entries);
         let mut own = self.own.lock();
         for &begin in &mapped {
             *own.entry((device.id, begin)).or_insert(0) += 1;
         }
         drop(own);
-        Placement { device, spread: self, mapped }
+        Placement { device, spread: self, mapped, home, need }
+    }
+
+    /// Notes that the program was handed the device address of `dev`'s mapping at `key`.
+    pub(crate) fn expose(&self, dev: i32, key: usize) {
+        self.exposed.lock().insert((dev, key));
+    }
+
+    /// Whether the program was handed the device address of `dev`'s mapping at `key`.
+    pub(crate) fn exposed(&self, dev: i32, key: usize) -> bool {
+        self.exposed.lock().contains(&(dev, key))
     }
 
     /// Regions in flight on each device, by device number (for tests and the trace).
@@ -193,15 +238,15 @@ pub fn movable_map_types(args: &MapArgs) -> Result<(), Stay> {
 
 /// Whether an entry maps data (or names a pointer the runtime writes into): everything
 /// but private copies and by-value arguments.
-fn maps_data(ty: i64) -> bool {
+pub(crate) fn maps_data(ty: i64) -> bool {
     !has(ty, mt::PRIVATE) && !has(ty, mt::LITERAL | mt::TARGET_PARAM)
 }
 
 /// The host addresses a region's data starts at: its sections and the pointers its member
-/// and attach entries write into.
-fn mapped_addresses(args: &MapArgs) -> Vec<usize> {
+/// and attach entries write into (not the entries in `skip`: entered data that goes along).
+fn mapped_addresses(args: &MapArgs, skip: &[usize]) -> Vec<usize> {
     let mut v = Vec::new();
-    for i in (0..args.len()).filter(|&i| maps_data(args.types[i])) {
+    for i in (0..args.len()).filter(|&i| maps_data(args.types[i]) && !skip.contains(&i)) {
         v.push(args.begins[i]);
         if has(args.types[i], mt::PTR_AND_OBJ) || has(args.types[i], mt::ATTACH) {
             v.push(args.bases[i]);
@@ -210,24 +255,29 @@ fn mapped_addresses(args: &MapArgs) -> Vec<usize> {
     v
 }
 
-/// Whether every entry that maps data is new in `table`, or a section inside a mapping that
-/// starts at one of `own` (made by a movable region in flight); `Err(Present(i))` for the
-/// first that is not. A pointer that a member or attach entry writes into must be new as well.
-fn all_new(table: &MappingTable, own: &[usize], args: &MapArgs) -> Result<(), Stay> {
+/// Whether a section or bare pointer `[begin, begin+size)` is new in `table`, or inside a
+/// mapping that starts at one of `own` (made by a movable region in flight).
+fn is_new(table: &MappingTable, own: &[usize], begin: usize, size: usize) -> bool {
     // A bare pointer (zero-length section) that finds another region's data would be
     // translated to that data's device copy on its device, and to nothing elsewhere.
-    let new = |begin: usize, size: usize| match table.lookup(begin, size) {
+    match table.lookup(begin, size) {
         Lookup::NotFound => true,
         Lookup::Contained(k) => size > 0 && own.contains(&k),
         Lookup::Extends(_) => false,
-    };
-    for i in (0..args.len()).filter(|&i| maps_data(args.types[i])) {
+    }
+}
+
+/// Whether every entry that maps data, but those in `skip`, is new in `table` ([`is_new`]);
+/// `Err(Present(i))` for the first that is not. A pointer that a member or attach entry
+/// writes into must be new as well.
+fn all_new_but(table: &MappingTable, own: &[usize], args: &MapArgs, skip: &[usize]) -> Result<(), Stay> {
+    for i in (0..args.len()).filter(|&i| maps_data(args.types[i]) && !skip.contains(&i)) {
         let ty = args.types[i];
         // Mapped data, a zero-length section or bare pointer, a lambda's captured pointer
         // (LITERAL without TARGET_PARAM).
-        let mut ok = new(args.begins[i], args.sizes[i].max(0) as usize);
+        let mut ok = is_new(table, own, args.begins[i], args.sizes[i].max(0) as usize);
         if has(ty, mt::PTR_AND_OBJ) || has(ty, mt::ATTACH) {
-            ok &= new(args.bases[i], std::mem::size_of::<usize>());
+            ok &= is_new(table, own, args.bases[i], std::mem::size_of::<usize>());
         }
         if !ok {
             return Err(Stay::Present(i));
@@ -271,27 +321,49 @@ impl Runtime {
         args: &MapArgs,
     ) -> Option<Placement<'s>> {
         let Ok(Target::Device(default)) = self.check_device(-1, loc) else { return None };
-        if let Err(why) = self.movable(spread, &default, args) {
+        let stay = |why: Stay| {
             crate::debug!(
                 "omptarget",
                 "spread: target region at {} stays on device {}: {why}",
                 loc.parse(),
                 default.id
             );
-            return Some(spread.occupy(default));
-        }
-        let candidates: Vec<Arc<DeviceCtx>> =
-            self.devices().into_iter().filter(|d| d.plugin == default.plugin && d.lost().is_none()).collect();
+            Some(spread.occupy(default.clone()))
+        };
+        let need = match self.movable(spread, &default, args) {
+            Ok(need) => need,
+            Err(why) => return stay(why),
+        };
+        let candidates: Vec<Arc<DeviceCtx>> = self
+            .devices()
+            .into_iter()
+            .filter(|d| d.plugin == default.plugin && d.lost().is_none() && need.to.is_none_or(|to| d.id == to))
+            .collect();
         let mut tried = Vec::new();
         while let Some(dev) = spread.least_loaded(&candidates, &tried) {
             if Arc::ptr_eq(&dev, &default) {
                 crate::debug!("omptarget", "spread: target region at {} placed on device {}", loc.parse(), dev.id);
-                return Some(spread.moved_to(dev, args));
+                return Some(spread.moved_to(dev, args, None, need));
             }
-            match self.can_take(spread, &dev, host_ptr, args) {
-                Ok(()) => {
+            match self.can_take(spread, &dev, host_ptr, args, &need) {
+                Ok(()) if need.entries.is_empty() => {
                     crate::debug!("omptarget", "spread: target region at {} placed on device {}", loc.parse(), dev.id);
-                    return Some(spread.moved_to(dev, args));
+                    return Some(spread.moved_to(dev, args, None, need));
+                }
+                Ok(()) if self.book_trips(spread, &default, dev.id, &need) => {
+                    crate::debug!(
+                        "omptarget",
+                        "spread: target region at {} placed on device {}, its entered data along ({} taken, {} followed)",
+                        loc.parse(),
+                        dev.id,
+                        need.take.len(),
+                        need.follow.len()
+                    );
+                    return Some(spread.moved_to(dev, args, Some(default), need));
+                }
+                Ok(()) => {
+                    spread.release(dev.id);
+                    return stay(Stay::Present(need.entries[0]));
                 }
                 Err(why) => {
                     crate::debug!(
@@ -305,12 +377,23 @@ impl Runtime {
                 }
             }
         }
-        Some(spread.moved_to(default, args))
+        if need.to.is_some() {
+            return stay(Stay::Present(need.entries[0]));
+        }
+        Some(spread.moved_to(default, args, None, need))
     }
 
     /// Whether `dev`, another device of the default device's kind, can run a movable
-    /// region: its images load, it has the kernel, and the region's data is new there.
-    fn can_take(&self, spread: &Spread, dev: &DeviceCtx, host_ptr: usize, args: &MapArgs) -> Result<(), String> {
+    /// region: its images load, it has the kernel, and the region's data is new there (the
+    /// entered data it takes not there at all, what it follows there on its trip).
+    fn can_take(
+        &self,
+        spread: &Spread,
+        dev: &DeviceCtx,
+        host_ptr: usize,
+        args: &MapArgs,
+        need: &Need,
+    ) -> Result<(), String> {
         if let Err(e) = self.ensure_loaded(dev) {
             spread.refuse(dev.id);
             return Err(format!("its images did not load: {e}"));
@@ -319,11 +402,17 @@ impl Runtime {
             return Err("it has no such kernel".into());
         }
         let own = spread.own(dev.id);
-        all_new(&dev.lock_table(), &own, args).map_err(|why| why.to_string())
+        let table = dev.lock_table();
+        all_new_but(&table, &own, args, &need.entries).map_err(|why| why.to_string())?;
+        match need.take.iter().find(|&&(begin, size)| table.lookup(begin, size) != Lookup::NotFound) {
+            Some((begin, _)) => Err(format!("the data entered at 0x{begin:x} is mapped on this device too")),
+            None => Ok(()),
+        }
     }
 
-    /// The rule: whether the region may run on another device of the default device's kind.
-    fn movable(&self, spread: &Spread, default: &DeviceCtx, args: &MapArgs) -> Result<(), Stay> {
+    /// The rule: whether the region may run on another device of the default device's kind;
+    /// `Ok` with the entered data that goes along with it.
+    pub(crate) fn movable(&self, spread: &Spread, default: &DeviceCtx, args: &MapArgs) -> Result<Need, Stay> {
         if self.requires_usm() {
             return Err(Stay::SharedMemory);
         }
@@ -333,7 +422,10 @@ impl Runtime {
         movable_map_types(args)?;
         device_address(&self.api_allocs, default, args)?;
         let own = spread.own(default.id);
-        all_new(&default.lock_table(), &own, args)
+        let table = default.lock_table();
+        let trips = spread.trips.lock();
+        let new = |begin, size| is_new(&table, &own, begin, size);
+        classify_home(&table, &trips, default.id, args, new, |k| spread.exposed(default.id, k))
     }
 
     /// Whether any registered binary has declare-target variables (computed once per
@@ -360,4 +452,4 @@ impl Runtime {
 
 #[cfg(test)]
 #[path = "spread_tests.rs"]
-mod tests;
+pub(crate) mod tests;

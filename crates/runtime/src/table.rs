@@ -15,6 +15,9 @@ pub struct ShadowPtr {
     pub host_val: usize,
     pub tgt_addr: usize,
     pub tgt_val: usize,
+    /// A host address inside the pointee's mapping (the section the pointer was attached
+    /// to): spreading never carries a mapping that pointers of other mappings point into.
+    pub pointee: usize,
 }
 
 /// One mapped host range.

@@ -1,11 +1,14 @@
 // A tiled 1-D stencil as a DAG of `target nowait` tasks (docs/cluster.md, "Spreading"): tile w
 // of step t reads tiles w-1, w, w+1 of step t-1 (`depend(in:)`) and writes its own
-// (`depend(out:)`), all data in the task's own map clauses. Then a few tasks that use a
-// table entered on the default device (`target enter data`): those must stay there. Then
-// tasks that each update one column of an entered array while naming all of it, with no
-// `depend` between them (legal: they write disjoint columns): they must stay there too (a
-// copy of the whole array run elsewhere and copied back would undo the other columns).
-// Prints every tile's and column's checksum; the output is the same wherever the tasks run.
+// (`depend(out:)`), all data in the task's own map clauses. Then tasks that use data entered
+// on the default device (`target enter data`), which goes along with them when they move:
+// - tasks that read one entered table;
+// - chains of tasks that each update one of W arrays entered one by one, naming all of it;
+// - tasks that each update one column of an entered array while naming all of it, with no
+//   `depend` between them (legal: they write disjoint columns): all must work on one copy of
+//   it (a copy run elsewhere and copied back whole would undo the other columns).
+// Prints every tile's, array's and column's checksum; the output is the same wherever the
+// tasks run.
 // usage: dag [work]   (work: inner iterations per element, default 50)
 #include <stdio.h>
 #include <stdlib.h>
@@ -13,10 +16,12 @@
 #define W 6
 #define T 8
 #define N 512
+#define R 3
 
 static double grid[2][W][N];
 static double table[N];
 static double cols[W][N];
+static double acc[W][N];
 
 int main(int argc, char **argv) {
   int work = argc > 1 ? atoi(argv[1]) : 50;
@@ -28,8 +33,14 @@ int main(int argc, char **argv) {
   for (int w = 0; w < W; w++)
     for (int i = 0; i < N; i++)
       cols[w][i] = (w + i) % 13;
+  for (int w = 0; w < W; w++)
+    for (int i = 0; i < N; i++)
+      acc[w][i] = (3 * w + i) % 11;
 #pragma omp target enter data map(to : table[0 : N])
 #pragma omp target enter data map(to : cols)
+  for (int w = 0; w < W; w++) {
+#pragma omp target enter data map(to : acc[w][0 : N])
+  }
 #pragma omp parallel
 #pragma omp single
   {
@@ -49,15 +60,26 @@ int main(int argc, char **argv) {
         }
       }
     }
-    // These read the entered table: present on the default device, so they stay there.
+    // These read the entered table.
     for (int w = 0; w < W; w++) {
       double *c = grid[T % 2][w];
 #pragma omp target nowait depend(inout : c[0]) map(tofrom : c[0 : N]) map(to : table[0 : N])
       for (int i = 0; i < N; i++)
         c[i] += table[i];
     }
+    // Chain w updates the entered acc[w], naming all of it.
+    for (int r = 1; r <= R; r++) {
+      for (int w = 0; w < W; w++) {
+        double *a = acc[w];
+        double *c = grid[T % 2][w];
+#pragma omp target nowait depend(inout : a[0]) depend(in : c[0]) map(tofrom : a[0 : N]) map(to : c[0 : N])  \
+    firstprivate(r)
+        for (int i = 0; i < N; i++)
+          a[i] = a[i] * 0.5 + r + c[i] * 1e-3;
+      }
+    }
     // Each writes its own column of the entered `cols`, naming all of it.
-    for (int r = 1; r <= 3; r++) {
+    for (int r = 1; r <= R; r++) {
       for (int w = 0; w < W; w++) {
 #pragma omp target nowait depend(inout : cols[w][0]) map(tofrom : cols) firstprivate(r, w)
         for (int i = 0; i < N; i++)
@@ -67,6 +89,9 @@ int main(int argc, char **argv) {
   }
 #pragma omp target exit data map(release : table[0 : N])
 #pragma omp target exit data map(from : cols)
+  for (int w = 0; w < W; w++) {
+#pragma omp target exit data map(from : acc[w][0 : N])
+  }
   for (int w = 0; w < W; w++) {
     double s = 0;
     for (int i = 0; i < N; i++)
@@ -78,6 +103,12 @@ int main(int argc, char **argv) {
     for (int i = 0; i < N; i++)
       s += cols[w][i] * (1 + i % 5);
     printf("column %d: %.9e\n", w, s);
+  }
+  for (int w = 0; w < W; w++) {
+    double s = 0;
+    for (int i = 0; i < N; i++)
+      s += acc[w][i] * (1 + i % 5);
+    printf("array %d: %.9e\n", w, s);
   }
   return 0;
 }

@@ -21,10 +21,6 @@ pub const FAIL: i32 = -1;
 /// The key of the host device in [`Allocations`] (its user number moves as devices open).
 const HOST_KEY: i32 = -1;
 
-/// Bounce buffers for copies between devices and fills are at most this large: no
-/// allocation the runtime makes is sized by a length the user passed.
-const CHUNK: usize = 1 << 20;
-
 /// What `omp_target_alloc` and friends handed out, per device: copies and fills are bounded
 /// by it, and frees are checked against it.
 #[derive(Default)]
@@ -219,9 +215,15 @@ impl Runtime {
             ApiDevice::Host => ptr,
             ApiDevice::Offload(d) => {
                 self.load_for_api(&d, "omp_get_mapped_ptr");
-                let t = d.lock_table();
+                // Data on a spreading trip comes home first, and never goes again.
+                let t = self.lock_idle(&d, None, &[(ptr, 1)]);
                 match t.lookup(ptr, 1) {
-                    Lookup::Contained(k) => t.get(k).expect("key").translate(ptr),
+                    Lookup::Contained(k) => {
+                        if let Some(spread) = &self.spread {
+                            spread.expose(d.id, k);
+                        }
+                        t.get(k).expect("key").translate(ptr)
+                    }
                     _ => 0,
                 }
             }
@@ -309,22 +311,10 @@ impl Runtime {
                     // SAFETY: both are device addresses the program named for this copy
                     // (`omp_target_memcpy`'s contract).
                     unsafe { d.copy_within(dst, src, len) }
-                } else if let Some(r) =
+                } else {
                     // SAFETY: both are device addresses the program named for this copy, each
                     // on its device (`omp_target_memcpy`'s contract).
-                    unsafe { s.copy_to_peer(&d, dst, src, len) }
-                {
-                    r
-                } else {
-                    let mut bounce = vec![0u8; len.min(CHUNK)];
-                    let b = bounce.as_mut_ptr() as usize;
-                    (0..len).step_by(CHUNK).try_for_each(|at| {
-                        let n = (len - at).min(CHUNK);
-                        // SAFETY: `bounce` is ours and holds at least `n` bytes.
-                        unsafe {
-                            s.retrieve(b, src.wrapping_add(at), n).and_then(|_| d.submit(dst.wrapping_add(at), b, n))
-                        }
-                    })
+                    unsafe { s.copy_to_device(&d, dst, src, len) }
                 }
             }
         };

@@ -61,7 +61,8 @@ impl Runtime {
             let pointee_tgt = table.get(ok).expect("key").translate(pointee_begin);
             let expected = pointee_tgt.wrapping_sub(pointee_begin.wrapping_sub(host_val));
             let tgt_addr = table.get(pk).expect("key").translate(ptr_addr);
-            let shadow = ShadowPtr { host_addr: ptr_addr, host_val, tgt_addr, tgt_val: expected };
+            let shadow =
+                ShadowPtr { host_addr: ptr_addr, host_val, tgt_addr, tgt_val: expected, pointee: pointee_begin };
             let e = table.get_mut(pk).expect("key");
             let name = e.name;
             match e.shadows.iter_mut().find(|s| s.host_addr == ptr_addr) {

@@ -91,6 +91,9 @@ impl Runtime {
                     // An unmapped use_device_ptr/addr yields the host pointer for clang 22 programs
                     // (OpenMP 5.1, LLVM 22) and NULL for clang 19 programs, as their runtimes do.
                     args.bases[i] = if obj.present() {
+                        if let (Some(spread), Some(key)) = (&self.spread, obj.key) {
+                            spread.expose(dev.id, key);
+                        }
                         obj.tgt.wrapping_sub(begin.wrapping_sub(base))
                     } else if self.clang19_programs_only() {
                         0
@@ -101,8 +104,13 @@ impl Runtime {
                 if let (Some(p), false) = (pointer, obj.is_host) {
                     if obj.tgt != 0 && !p.is_host {
                         let expected = obj.tgt.wrapping_sub(begin.wrapping_sub(base));
-                        let shadow =
-                            ShadowPtr { host_addr: args.bases[i], host_val: base, tgt_addr: p.tgt, tgt_val: expected };
+                        let shadow = ShadowPtr {
+                            host_addr: args.bases[i],
+                            host_val: base,
+                            tgt_addr: p.tgt,
+                            tgt_val: expected,
+                            pointee: begin,
+                        };
                         self.attach(&mut table, p.key, shadow, st);
                     }
                 }

@@ -91,7 +91,9 @@ impl Runtime {
             let update_ref = (member_of(ty).is_none() || has(ty, mt::PTR_AND_OBJ)) && !(from_mapper && i == 0);
             let must_contain = !has(ty, mt::IMPLICIT);
             let force_delete = has(ty, mt::DELETE);
-            let table = held.get_or_insert_with(|| dev.lock_table());
+            // (Waits while the entry is being mapped, or away on a spreading trip.)
+            let idle = self.lock_idle(dev, held.take(), &[(begin, size)]);
+            let table = held.insert(idle);
             let found = match table.lookup(begin, size) {
                 Lookup::Contained(k) => Some(k),
                 Lookup::Extends(k) if !must_contain => Some(k),

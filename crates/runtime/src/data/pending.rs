@@ -17,11 +17,11 @@ impl Runtime {
         }
     }
 
-    /// Waits until no entry that one of `ranges` falls in is being mapped by another thread,
-    /// and returns the table locked.
+    /// Waits until no entry that one of `ranges` falls in is being mapped by another thread
+    /// (or is away on a spreading trip), and returns the table locked.
     /// `held` is the table's guard when the caller still holds it.
     #[link_section = ".text.hot.omp_launch"]
-    pub(super) fn lock_idle<'d>(
+    pub(crate) fn lock_idle<'d>(
         &self,
         dev: &'d DeviceCtx,
         held: Option<omp_sync::MutexGuard<'d, MappingTable>>,

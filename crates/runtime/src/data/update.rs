@@ -67,11 +67,43 @@ impl Runtime {
         let e = table.get(key).expect("key");
         let tgt = e.translate(begin);
         let shadows = e.shadows.clone();
+        // Under spreading, data being updated does not go on a trip until the copy is done
+        // (the copy would land in the copy at home after the data left).
+        let mut table = table;
+        let hold = self.spread.is_some();
+        if hold {
+            table.mark_busy(key);
+        }
         drop(table);
+        let result = self.update_copies(dev, begin, size, ty, name, tgt, &shadows);
+        if hold {
+            let mut table = dev.lock_table();
+            table.clear_busy(key);
+            let waiters = table.waiters;
+            drop(table);
+            if waiters > 0 {
+                dev.notify_mapped();
+            }
+        }
+        result
+    }
+
+    /// The copies of one contiguous `target update` section at device address `tgt`.
+    #[allow(clippy::too_many_arguments)]
+    fn update_copies(
+        &self,
+        dev: &DeviceCtx,
+        begin: usize,
+        size: usize,
+        ty: i64,
+        name: MapName,
+        tgt: usize,
+        shadows: &[crate::table::ShadowPtr],
+    ) -> Result<(), MapError> {
         if has(ty, mt::TO) {
             // SAFETY: (begin, size) is the `update to` section: program memory it names.
             unsafe { self.submit(dev, tgt, begin, size, name) }?;
-            for s in &shadows {
+            for s in shadows {
                 // SAFETY: `s.tgt_val` is a field of a local copy, 8 readable bytes.
                 unsafe {
                     self.submit(
@@ -87,7 +119,7 @@ impl Runtime {
         if has(ty, mt::FROM) {
             // SAFETY: (begin, size) is the `update from` section: program memory it names.
             unsafe { self.retrieve(dev, begin, tgt, size, name) }?;
-            for s in &shadows {
+            for s in shadows {
                 // SAFETY: as in `data_end`: the pointer lies in the object just copied back.
                 unsafe { host_memory::write_ptr(s.host_addr, s.host_val) };
             }

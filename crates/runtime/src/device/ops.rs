@@ -11,6 +11,10 @@ use crate::{MapName, Runtime};
 use omp_plugin::{AllocKind, KernelId, LaunchConfig, PluginError};
 use std::fmt;
 
+/// Host buffers for copies between devices that cannot copy to each other are at most this
+/// large: no allocation the runtime makes is sized by a length the user passed.
+const BOUNCE: usize = 1 << 20;
+
 /// A device operation (for the lost-device line: what the device was doing).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DeviceOp {
@@ -355,6 +359,33 @@ impl DeviceCtx {
             to.id
         );
         Some(self.check(r, DeviceOp::Retrieve))
+    }
+
+    /// Copies `len` bytes of this device's memory to `dst` on device `to`: directly where
+    /// both backends can ([`DeviceCtx::copy_to_peer`]: MPI ranks, GPUs of one driver), else
+    /// through a host buffer of at most [`BOUNCE`] bytes.
+    ///
+    /// # Safety
+    /// `[src, src+len)` lies in this device's memory and `[dst, dst+len)` in `to`'s.
+    pub(crate) unsafe fn copy_to_device(
+        &self,
+        to: &DeviceCtx,
+        dst: usize,
+        src: usize,
+        len: usize,
+    ) -> Result<(), DeviceError> {
+        // SAFETY: the caller's promise.
+        if let Some(r) = unsafe { self.copy_to_peer(to, dst, src, len) } {
+            return r;
+        }
+        let mut bounce = vec![0u8; len.min(BOUNCE)];
+        let b = bounce.as_mut_ptr() as usize;
+        (0..len).step_by(BOUNCE).try_for_each(|at| {
+            let n = (len - at).min(BOUNCE);
+            // SAFETY: `bounce` is ours and holds at least `n` bytes; the device ranges are the
+            // caller's promise.
+            unsafe { self.retrieve(b, src.wrapping_add(at), n).and_then(|_| to.submit(dst.wrapping_add(at), b, n)) }
+        })
     }
 
     /// Device bytes for an observer (the checker): no event, and a failure is the observer's
