@@ -74,7 +74,7 @@ fn devices_used(profile: &Path) -> Used {
 /// arrays on several devices of the default device's kind.
 fn check_spread(exe: &Path, env: &[(&str, &str)], kind: std::ops::RangeInclusive<i64>) {
     let plain = ok(&run_with(exe, &dist_lib(), env), "without spreading");
-    assert_eq!(plain.lines().count(), 18, "{plain}");
+    assert_eq!(plain.lines().count(), 19, "{plain}");
     let profile = exe.with_file_name(format!("profile-{}.json", env.len()));
     let _ = std::fs::remove_file(&profile);
     let mut spread_env = env.to_vec();

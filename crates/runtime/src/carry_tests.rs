@@ -91,15 +91,23 @@ fn regions_follow_data_that_is_away_until_the_last_of_them_ends() {
     let mut run_args = Arrays::new(&[(at, 32, TOFROM)]);
     let tgt = rt.target_kernel(Loc::NONE, first.device.id.into(), region(), &mut launch(&mut run_args));
     assert_eq!(tgt, OFFLOAD_SUCCESS);
-    for p in others.iter().chain([&first]) {
-        assert!(home.lock_table().is_busy(at, 32), "home waits until the last user ends");
-        assert!(rt.end_trips(spread, &home, &p.device, &p.need).is_ok());
-    }
-    assert!(!home.lock_table().is_busy(at, 32) && spread.trips.lock().is_empty());
+    std::thread::scope(|scope| {
+        // Exit data at home waits while the data is away, and then copies home's bytes.
+        let exiting = scope.spawn(|| {
+            let mut exit = Arrays::new(&[(at, 32, mt::FROM)]);
+            rt.data_directive(Loc::NONE, 0, &mut exit.args(), Directive::End, false);
+        });
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        for p in others.iter().chain([&first]) {
+            assert!(!exiting.is_finished(), "exit data waits until the last user ends");
+            assert!(home.lock_table().is_busy(at, 32));
+            assert!(rt.end_trips(spread, &home, &p.device, &p.need).is_ok());
+        }
+        exiting.join().expect("exit data ends");
+    });
+    assert!(spread.trips.lock().is_empty() && home.lock_table().is_empty());
     assert_eq!(first.device.lock_table().iter().count(), 0, "the trip let the data go there");
     assert_eq!(runs[first.device.id as usize].load(Ordering::Relaxed), 1);
-    let mut exit = Arrays::new(&[(at, 32, mt::FROM)]);
-    rt.data_directive(Loc::NONE, 0, &mut exit.args(), Directive::End, false);
     // SAFETY: `data` is live and was written by the runtime's copy back.
     assert_eq!(unsafe { std::ptr::read_volatile(&data) }, [6; 4], "what the region wrote there came home");
 }
@@ -121,6 +129,18 @@ fn data_the_program_can_reach_another_way_or_that_is_in_use_stays_home() {
     let mut a = Arrays::new(&[(at, 32, TOFROM)]);
     assert_eq!(rt.movable(spread, &home, &a.args()).map(|n| n.take), Ok(vec![(at, 32)]));
     assert_ne!(rt.mapped_ptr(at + 8, 0).expect("mapped"), 0);
+    assert_eq!(rt.movable(spread, &home, &a.args()), Err(Stay::Present(0)));
+    // A pointer of another mapping attached to it: a kernel may reach it through that one.
+    let target = [4u64; 4];
+    let holder = [target.as_ptr() as usize];
+    enter(&rt, &[0; 4]); // (an unrelated mapping, so the holder's is not the only one)
+    let holder_at = holder.as_ptr() as usize;
+    rt.data_directive(Loc::NONE, 0, &mut Arrays::new(&[(holder_at, 8, mt::TO)]).args(), Directive::Begin, false);
+    let mut attach = Arrays::new(&[(target.as_ptr() as usize, 32, mt::TO | mt::PTR_AND_OBJ)]);
+    attach.bases[0] = holder_at;
+    rt.data_directive(Loc::NONE, 0, &mut attach.args(), Directive::Begin, false);
+    assert_eq!(home.lock_table().get(holder_at).map(|e| e.shadows.len()), Some(1), "attached");
+    let mut a = Arrays::new(&[(target.as_ptr() as usize, 32, TOFROM)]);
     assert_eq!(rt.movable(spread, &home, &a.args()), Err(Stay::Present(0)));
     // A part of a quiet mapping takes all of it along.
     let whole = [3u64; 8];

@@ -101,7 +101,7 @@ pub(crate) fn counting_runtime(variable: bool) -> (Runtime, Arc<[AtomicU64; 3]>)
 
 /// The map arrays of one entry.
 pub(crate) struct Arrays {
-    bases: Vec<usize>,
+    pub(crate) bases: Vec<usize>,
     begins: Vec<usize>,
     sizes: Vec<i64>,
     types: Vec<i64>,

@@ -6,7 +6,8 @@
 // - chains of tasks that each update one of W arrays entered one by one, naming all of it;
 // - tasks that each update one column of an entered array while naming all of it, with no
 //   `depend` between them (legal: they write disjoint columns): all must work on one copy of
-//   it (a copy run elsewhere and copied back whole would undo the other columns).
+//   it (a copy run elsewhere and copied back whole would undo the other columns), and a
+//   blocking region at home that writes the last column meanwhile.
 // Prints every tile's, array's and column's checksum; the output is the same wherever the
 // tasks run.
 // usage: dag [work]   (work: inner iterations per element, default 50)
@@ -20,7 +21,7 @@
 
 static double grid[2][W][N];
 static double table[N];
-static double cols[W][N];
+static double cols[W + 1][N];
 static double acc[W][N];
 
 int main(int argc, char **argv) {
@@ -30,7 +31,7 @@ int main(int argc, char **argv) {
       grid[0][w][i] = w * N + i;
   for (int i = 0; i < N; i++)
     table[i] = 0.25 * i;
-  for (int w = 0; w < W; w++)
+  for (int w = 0; w <= W; w++)
     for (int i = 0; i < N; i++)
       cols[w][i] = (w + i) % 13;
   for (int w = 0; w < W; w++)
@@ -86,6 +87,11 @@ int main(int argc, char **argv) {
           cols[w][i] = cols[w][i] * 0.5 + r * w;
       }
     }
+    // Meanwhile this thread updates the last column at home, blocking, with no depend: a
+    // construct at home that touches `cols` while it is away waits for it to come home.
+#pragma omp target map(tofrom : cols)
+    for (int i = 0; i < N; i++)
+      cols[W][i] = cols[W][i] * 2 + 1;
   }
 #pragma omp target exit data map(release : table[0 : N])
 #pragma omp target exit data map(from : cols)
@@ -98,7 +104,7 @@ int main(int argc, char **argv) {
       s += grid[T % 2][w][i] * (1 + i % 3);
     printf("tile %d: %.9e\n", w, s);
   }
-  for (int w = 0; w < W; w++) {
+  for (int w = 0; w <= W; w++) {
     double s = 0;
     for (int i = 0; i < N; i++)
       s += cols[w][i] * (1 + i % 5);
