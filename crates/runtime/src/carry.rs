@@ -296,13 +296,7 @@ impl Runtime {
                 let released = self.data_end(dev, &mut Section::new(begin, trip.size).args(), false);
                 result = result.and(released.map_err(TripError::Map));
             }
-            let mut table = home.lock_table();
-            table.clear_busy(begin);
-            let waiters = table.waiters;
-            drop(table);
-            if waiters > 0 {
-                home.notify_mapped();
-            }
+            home.clear_busy([begin]);
         }
         result
     }

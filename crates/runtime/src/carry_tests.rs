@@ -7,18 +7,8 @@ use crate::spread::tests::{counting_runtime, last_mocks, region, runtime, Arrays
 use std::sync::atomic::Ordering;
 
 /// A one-region launch of the test kernel over `region_args`.
-fn launch<'a>(region_args: &'a mut Arrays) -> KernelLaunch<'a> {
-    KernelLaunch {
-        version: 3,
-        args: region_args.args(),
-        num_teams: 1,
-        thread_limit: 1,
-        tripcount: 0,
-        nowait: false,
-        teams_yz: [0; 2],
-        threads_yz: [0; 2],
-        dyn_group_mem: 0,
-    }
+fn launch(region_args: &mut Arrays) -> KernelLaunch<'_> {
+    KernelLaunch::one_thread(region_args.args())
 }
 
 /// Enters `data` (four `u64`s) on device 0.

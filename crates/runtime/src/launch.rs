@@ -30,6 +30,24 @@ pub struct KernelLaunch<'a> {
     pub dyn_group_mem: u32,
 }
 
+#[cfg(test)]
+impl<'a> KernelLaunch<'a> {
+    /// A blocking launch of one team of one thread over `args` (for tests).
+    pub(crate) fn one_thread(args: MapArgs<'a>) -> Self {
+        KernelLaunch {
+            version: 3,
+            args,
+            num_teams: 1,
+            thread_limit: 1,
+            tripcount: 0,
+            nowait: false,
+            teams_yz: [0; 2],
+            threads_yz: [0; 2],
+            dyn_group_mem: 0,
+        }
+    }
+}
+
 /// What `__tgt_target_kernel` returns.
 pub const OFFLOAD_SUCCESS: i32 = 0;
 /// Tells the caller to run the host version of the region.
@@ -492,17 +510,7 @@ mod tests {
         let (mut bases, begins, sizes, types) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
         // SAFETY: no entries.
         let args = unsafe { MapArgs::new(&mut bases, &begins, &sizes, &types, None, None) };
-        let mut launch = KernelLaunch {
-            version: 3,
-            args,
-            num_teams: 1,
-            thread_limit: 1,
-            tripcount: 0,
-            nowait: false,
-            teams_yz: [0; 2],
-            threads_yz: [0; 2],
-            dyn_group_mem: 0,
-        };
+        let mut launch = KernelLaunch::one_thread(args);
         let launched = rt.target(&dev, Loc::NONE, 0x1234, &mut launch);
         assert_eq!(launched, Err(LaunchError::NoKernel { host_ptr: 0x1234 }));
         assert_eq!(

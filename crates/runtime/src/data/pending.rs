@@ -61,15 +61,7 @@ impl Runtime {
             };
         }
         if !st.busy.is_empty() {
-            let mut table = dev.lock_table();
-            for key in st.busy.drain(..) {
-                table.clear_busy(key);
-            }
-            let waiters = table.waiters;
-            drop(table);
-            if waiters > 0 {
-                dev.notify_mapped();
-            }
+            dev.clear_busy(st.busy.drain(..));
         }
         result
     }

@@ -75,55 +75,36 @@ impl Runtime {
             table.mark_busy(key);
         }
         drop(table);
-        let result = self.update_copies(dev, begin, size, ty, name, tgt, &shadows);
-        if hold {
-            let mut table = dev.lock_table();
-            table.clear_busy(key);
-            let waiters = table.waiters;
-            drop(table);
-            if waiters > 0 {
-                dev.notify_mapped();
+        let result = (|| {
+            if has(ty, mt::TO) {
+                // SAFETY: (begin, size) is the `update to` section: program memory it names.
+                unsafe { self.submit(dev, tgt, begin, size, name) }?;
+                for s in &shadows {
+                    // SAFETY: `s.tgt_val` is a field of a local copy, 8 readable bytes.
+                    unsafe {
+                        self.submit(
+                            dev,
+                            s.tgt_addr,
+                            &s.tgt_val as *const usize as usize,
+                            std::mem::size_of::<usize>(),
+                            MapName::NONE,
+                        )
+                    }?;
+                }
             }
+            if has(ty, mt::FROM) {
+                // SAFETY: (begin, size) is the `update from` section: program memory it names.
+                unsafe { self.retrieve(dev, begin, tgt, size, name) }?;
+                for s in &shadows {
+                    // SAFETY: as in `data_end`: the pointer lies in the object just copied back.
+                    unsafe { host_memory::write_ptr(s.host_addr, s.host_val) };
+                }
+            }
+            Ok(())
+        })();
+        if hold {
+            dev.clear_busy([key]);
         }
         result
-    }
-
-    /// The copies of one contiguous `target update` section at device address `tgt`.
-    #[allow(clippy::too_many_arguments)]
-    fn update_copies(
-        &self,
-        dev: &DeviceCtx,
-        begin: usize,
-        size: usize,
-        ty: i64,
-        name: MapName,
-        tgt: usize,
-        shadows: &[crate::table::ShadowPtr],
-    ) -> Result<(), MapError> {
-        if has(ty, mt::TO) {
-            // SAFETY: (begin, size) is the `update to` section: program memory it names.
-            unsafe { self.submit(dev, tgt, begin, size, name) }?;
-            for s in shadows {
-                // SAFETY: `s.tgt_val` is a field of a local copy, 8 readable bytes.
-                unsafe {
-                    self.submit(
-                        dev,
-                        s.tgt_addr,
-                        &s.tgt_val as *const usize as usize,
-                        std::mem::size_of::<usize>(),
-                        MapName::NONE,
-                    )
-                }?;
-            }
-        }
-        if has(ty, mt::FROM) {
-            // SAFETY: (begin, size) is the `update from` section: program memory it names.
-            unsafe { self.retrieve(dev, begin, tgt, size, name) }?;
-            for s in shadows {
-                // SAFETY: as in `data_end`: the pointer lies in the object just copied back.
-                unsafe { host_memory::write_ptr(s.host_addr, s.host_val) };
-            }
-        }
-        Ok(())
     }
 }

@@ -128,6 +128,20 @@ impl DeviceCtx {
         self.mapped.notify_all();
     }
 
+    /// Marks entries as no longer busy (mapped, updated, or back from a spreading trip) and
+    /// wakes the threads that wait for busy entries, if any do.
+    pub(crate) fn clear_busy(&self, keys: impl IntoIterator<Item = usize>) {
+        let mut table = self.lock_table();
+        for key in keys {
+            table.clear_busy(key);
+        }
+        let waiters = table.waiters;
+        drop(table);
+        if waiters > 0 {
+            self.notify_mapped();
+        }
+    }
+
     /// The kernel for a host region id, if an image on this device provides it.
     #[inline]
     pub fn kernel(&self, host_ptr: usize) -> Option<KernelId> {
