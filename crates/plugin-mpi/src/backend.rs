@@ -153,6 +153,7 @@ impl InProcess {
             Ok(())
         });
         let capture = Capture::start(sink)?;
+        omp_worker::forks::watch();
         Ok(InProcess { devs: Arc::new(devs), capture, kernels: Arc::default(), pid: std::process::id() })
     }
 
@@ -186,7 +187,7 @@ fn complete(capture: &Capture, result: Result<Vec<u8>, String>, expect: Expect, 
 /// A process forked by a kernel that returned from it is a copy of the rank (its MPI state
 /// included): it must not go on as the rank. It is ended, saying so.
 fn forked_child_ends(rank: u32) {
-    if std::process::id() == rank {
+    if !omp_worker::forks::is_copy_of(rank) {
         return;
     }
     let msg = b"omptarget warning: a process forked inside a target region on an MPI device served in process (a \

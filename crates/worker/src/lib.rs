@@ -18,6 +18,7 @@
 
 pub mod capture;
 pub mod client;
+pub mod forks;
 pub mod serve;
 pub mod slice;
 pub mod spin;

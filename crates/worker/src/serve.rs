@@ -72,12 +72,9 @@ pub fn main_around_launches(plugin: &dyn Plugin, devices: usize, parent: i32, ar
     };
     // Output a kernel wrote before it called exit() reaches the parent.
     let _ = CAPTURE.set(capture.clone());
-    // SAFETY: atexit and pthread_atfork take plain `extern "C" fn()`s that live as long as
-    // the process.
-    unsafe {
-        libc::atexit(drain_at_exit);
-        libc::pthread_atfork(None, None, Some(note_fork));
-    }
+    // SAFETY: atexit takes a plain `extern "C" fn()` that lives as long as the process.
+    unsafe { libc::atexit(drain_at_exit) };
+    crate::forks::watch();
     let shared = Arc::new(Shared {
         input: Mutex::new(BufReader::with_capacity(1 << 20, input)),
         spin: SpinWait::default(),
@@ -426,8 +423,7 @@ fn die_with_parent(parent: i32) -> Result<(), String> {
 /// the worker, not of the program. It must not answer for the worker: it is ended, saying so
 /// (through the worker's captured stderr, which it shares).
 fn forked_child_ends(worker: i32) {
-    // SAFETY: getpid has no preconditions (asked only after a fork: it is a system call).
-    if !FORKED.load(Ordering::Relaxed) || unsafe { libc::getpid() } == worker {
+    if !crate::forks::is_copy_of(worker as u32) {
         return;
     }
     let msg = b"omptarget warning: a process forked inside a target region on an isolated device (a copy of the \
@@ -440,13 +436,6 @@ device's process, not of the program) returned from the region; it was ended (en
     }
 }
 
-/// Set in every process forked from the worker (`pthread_atfork`).
-static FORKED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
-
-extern "C" fn note_fork() {
-    FORKED.store(true, Ordering::Relaxed);
-}
-
 /// The capture, for the exit handler.
 static CAPTURE: std::sync::OnceLock<Arc<Capture>> = std::sync::OnceLock::new();
 
@@ -454,7 +443,7 @@ static CAPTURE: std::sync::OnceLock<Arc<Capture>> = std::sync::OnceLock::new();
 extern "C" fn drain_at_exit() {
     // A process a kernel forked shares the capture but is not the worker: it must not take
     // the worker's output (nor its locks, which another thread may have held at the fork).
-    if FORKED.load(Ordering::Relaxed) {
+    if crate::forks::forked() {
         return;
     }
     // SAFETY: fflush(NULL) flushes every open output stream; it takes no pointer of ours.
