@@ -53,7 +53,7 @@ fn devices_used(profile: &Path) -> Used {
     let raw = std::fs::read_to_string(profile).unwrap_or_else(|e| panic!("no profile {}: {e}", profile.display()));
     let json: Value = serde_json::from_str(&raw).expect("the profile is JSON");
     let kinds = [
-        kernel_suffix("depend(in :"),
+        kernel_suffix("depend(in : l[0]"),
         kernel_suffix("map(tofrom : a[0 : N])"),
         kernel_suffix("map(to : table[0 : N])"),
         kernel_suffix("map(tofrom : cols)"),
@@ -74,7 +74,7 @@ fn devices_used(profile: &Path) -> Used {
 /// arrays on several devices of the default device's kind.
 fn check_spread(exe: &Path, env: &[(&str, &str)], kind: std::ops::RangeInclusive<i64>) {
     let plain = ok(&run_with(exe, &dist_lib(), env), "without spreading");
-    assert_eq!(plain.lines().count(), 19, "{plain}");
+    assert_eq!(plain.lines().count(), 20, "{plain}");
     let profile = exe.with_file_name(format!("profile-{}.json", env.len()));
     let _ = std::fs::remove_file(&profile);
     let mut spread_env = env.to_vec();
@@ -179,7 +179,7 @@ fn a_fortran_program_s_entered_data_goes_along_with_the_sums_it_has_without() {
     let exe = scratch("spread-fortran").join("columns");
     ompcc_fortran(&program("spread/columns.f90"), &exe);
     let plain = ok(&run_with(&exe, &dist_lib(), &[]), "without spreading");
-    assert_eq!(plain.lines().count(), 6, "{plain}");
+    assert_eq!(plain.lines().count(), 7, "{plain}");
     let o = run_with(&exe, &dist_lib(), &[SPREAD, ("LIBOMPTARGET_DEBUG", "1")]);
     assert_eq!(ok(&o, "with spreading"), plain, "{}", text(&o.stderr));
     assert!(text(&o.stderr).contains("its entered data along"), "no region took its data along");

@@ -18,15 +18,31 @@ fn enter(rt: &Runtime, data: &[u64; 4]) -> usize {
     at
 }
 
-/// Places regions that name `at` until one lands off the default device (equally loaded
-/// devices take turns, so the second try does).
+/// Places a region over `args` while another one runs on the default device: it leaves for
+/// a device less busy, its entered data along.
 fn placed_away<'s>(rt: &Runtime, spread: &'s Spread, args: &MapArgs) -> Placement<'s> {
-    loop {
-        let p = rt.place(spread, Loc::NONE, region(), args).expect("placed");
-        if p.device.id != 0 {
-            return p;
-        }
+    let _busy_home = spread.occupy(rt.device(0).unwrap());
+    let p = rt.place(spread, Loc::NONE, region(), args).expect("placed");
+    assert_ne!(p.device.id, 0, "{:?}", spread.in_flight());
+    p
+}
+
+#[test]
+fn entered_data_goes_along_only_to_leave_a_busier_device() {
+    let rt = runtime(false);
+    let spread = rt.spread.as_deref().expect("spreading is on");
+    let data = [5u64; 4];
+    let at = enter(&rt, &data);
+    let mut region_args = Arrays::new(&[(at, 32, TOFROM)]);
+    let args = region_args.args();
+    for _ in 0..4 {
+        // Nothing else in flight: every device is as busy as the default one.
+        let p = rt.place(spread, Loc::NONE, region(), &args).expect("placed");
+        assert_eq!((p.device.id, p.home.is_some()), (0, false));
+        assert!(spread.trips.lock().is_empty());
     }
+    let away = placed_away(&rt, spread, &args);
+    assert_eq!(away.need.take, [(at, 32)]);
 }
 
 #[test]
@@ -34,6 +50,9 @@ fn data_entered_on_the_default_device_goes_along_and_comes_home() {
     let (rt, runs) = counting_runtime(false);
     let data = [5u64; 4];
     let at = enter(&rt, &data);
+    // Another region runs on the default device meanwhile.
+    let spread = rt.spread.as_deref().expect("spreading is on");
+    let busy_home = spread.occupy(rt.device(0).unwrap());
     for _ in 0..6 {
         let mut region_args = Arrays::new(&[(at, 32, TOFROM)]);
         let mut nowait = launch(&mut region_args);
@@ -45,12 +64,13 @@ fn data_entered_on_the_default_device_goes_along_and_comes_home() {
             assert_eq!(rt.device(id).unwrap().lock_table().iter().count(), 0, "device {id} let the data go");
         }
     }
-    let spread = rt.spread.as_deref().expect("spreading is on");
+    drop(busy_home);
     assert!(spread.trips.lock().is_empty());
     assert!(!rt.device(0).unwrap().lock_table().is_busy(at, 32), "home is not waiting for it");
     let ran: Vec<u64> = runs.iter().map(|r| r.load(Ordering::Relaxed)).collect();
     assert_eq!(ran.iter().sum::<u64>(), 6, "{ran:?}");
-    assert!(ran[1] + ran[2] > 0, "equally loaded devices take turns: some regions moved ({ran:?})");
+    assert_eq!(ran[0], 0, "each left the busier default device ({ran:?})");
+    assert!(ran[1] > 0 && ran[2] > 0, "equally loaded devices take turns ({ran:?})");
     let mut exit = Arrays::new(&[(at, 32, mt::FROM)]);
     rt.data_directive(Loc::NONE, 0, &mut exit.args(), Directive::End, false);
     // SAFETY: `data` is live and was written by the runtime's copy back.

@@ -142,14 +142,8 @@ impl Drop for Placement<'_> {
 
 impl Spread {
     /// Counts a region on `device` and returns its placement.
-    fn occupy(&self, device: Arc<DeviceCtx>) -> Placement<'_> {
-        let mut slots = self.slots.lock();
-        let i = device.id as usize;
-        if slots.len() <= i {
-            slots.resize(i + 1, Slot::default());
-        }
-        slots[i].in_flight += 1;
-        drop(slots);
+    pub(crate) fn occupy(&self, device: Arc<DeviceCtx>) -> Placement<'_> {
+        self.count(device.id);
         Placement { device, spread: self, mapped: Vec::new(), home: None, need: Need::default() }
     }
 
@@ -171,6 +165,24 @@ impl Spread {
             .clone();
         slots[best.id as usize].in_flight += 1;
         Some(best)
+    }
+
+    /// Counts a region in flight on `id`.
+    fn count(&self, id: i32) {
+        let mut slots = self.slots.lock();
+        let i = id as usize;
+        if slots.len() <= i {
+            slots.resize(i + 1, Slot::default());
+        }
+        slots[i].in_flight += 1;
+    }
+
+    /// Whether device `a` has more regions in flight than `b` has besides the one just
+    /// counted there.
+    fn busier(&self, a: i32, b: i32) -> bool {
+        let slots = self.slots.lock();
+        let n = |id: i32| slots.get(id as usize).map_or(0, |s| s.in_flight);
+        n(a) >= n(b)
     }
 
     /// A region on `id` ended (or was not placed there after all).
@@ -349,6 +361,20 @@ impl Runtime {
                 Ok(()) if need.entries.is_empty() => {
                     crate::debug!("omptarget", "spread: target region at {} placed on device {}", loc.parse(), dev.id);
                     return Some(spread.moved_to(dev, args, None, need));
+                }
+                // Taking data along costs two copies of it: worth it only to leave a device
+                // that is busier than this one (ties stay home).
+                Ok(()) if !need.take.is_empty() && !spread.busier(default.id, dev.id) => {
+                    crate::debug!(
+                        "omptarget",
+                        "spread: target region at {} placed on device {}: its entered data stays there (device {} is as busy)",
+                        loc.parse(),
+                        default.id,
+                        dev.id
+                    );
+                    spread.release(dev.id);
+                    spread.count(default.id);
+                    return Some(spread.moved_to(default, args, None, need));
                 }
                 Ok(()) if self.book_trips(spread, &default, dev.id, &need) => {
                     crate::debug!(

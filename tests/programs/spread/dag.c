@@ -1,9 +1,11 @@
 // A tiled 1-D stencil as a DAG of `target nowait` tasks (docs/cluster.md, "Spreading"): tile w
 // of step t reads tiles w-1, w, w+1 of step t-1 (`depend(in:)`) and writes its own
-// (`depend(out:)`), all data in the task's own map clauses. Then tasks that use data entered
-// on the default device (`target enter data`), which goes along with them when they move:
+// (`depend(out:)`), all data in the task's own map clauses. Before it and after it, tasks that
+// use data entered on the default device (`target enter data`), which goes along with them
+// when they move:
+// - chains of tasks that each update one of W arrays entered one by one, naming all of it,
+//   while a long task keeps the default device busy;
 // - tasks that read one entered table;
-// - chains of tasks that each update one of W arrays entered one by one, naming all of it;
 // - tasks that each update one column of an entered array while naming all of it, with no
 //   `depend` between them (legal: they write disjoint columns): all must work on one copy of
 //   it (a copy run elsewhere and copied back whole would undo the other columns), and a
@@ -11,6 +13,7 @@
 // Prints every tile's, array's and column's checksum; the output is the same wherever the
 // tasks run.
 // usage: dag [work]   (work: inner iterations per element, default 50)
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -23,6 +26,7 @@ static double grid[2][W][N];
 static double table[N];
 static double cols[W + 1][N];
 static double acc[W][N];
+static double anchor[1], pin[1] = {0.5};
 
 int main(int argc, char **argv) {
   int work = argc > 1 ? atoi(argv[1]) : 50;
@@ -37,7 +41,7 @@ int main(int argc, char **argv) {
   for (int w = 0; w < W; w++)
     for (int i = 0; i < N; i++)
       acc[w][i] = (3 * w + i) % 11;
-#pragma omp target enter data map(to : table[0 : N])
+#pragma omp target enter data map(to : table[0 : N], pin[0 : 1])
 #pragma omp target enter data map(to : cols)
   for (int w = 0; w < W; w++) {
 #pragma omp target enter data map(to : acc[w][0 : N])
@@ -45,6 +49,32 @@ int main(int argc, char **argv) {
 #pragma omp parallel
 #pragma omp single
   {
+    // A long task that stays on the default device (`present`), started before the chains:
+    // entered data leaves only a device busier than the one it goes to.
+#pragma omp target nowait map(present, to : pin[0 : 1]) map(tofrom : anchor[0 : 1])
+    {
+      double x = pin[0];
+      for (long k = 0; k < 60000000; k++)
+        x = x * 0.999999 + 1e-9 * (double)(k % 11);
+      anchor[0] = x;
+    }
+    while (!omp_target_is_present(anchor, omp_get_default_device()))
+      ;
+    // Chain w updates the entered acc[w], naming all of it.
+    for (int r = 1; r <= R; r++) {
+      for (int w = 0; w < W; w++) {
+        double *a = acc[w];
+        double *c = grid[0][w];
+#pragma omp target nowait depend(inout : a[0]) depend(in : c[0]) map(tofrom : a[0 : N]) map(to : c[0 : N])  \
+    firstprivate(r, work)
+        for (int i = 0; i < N; i++) {
+          double v = a[i] * 0.5 + r + c[i] * 1e-3;
+          for (int k = 0; k < work; k++)
+            v = v * 0.999 + 0.001 * (double)((i + k) % 5);
+          a[i] = v;
+        }
+      }
+    }
     for (int t = 1; t <= T; t++) {
       for (int w = 0; w < W; w++) {
         double *out = grid[t % 2][w];
@@ -68,17 +98,6 @@ int main(int argc, char **argv) {
       for (int i = 0; i < N; i++)
         c[i] += table[i];
     }
-    // Chain w updates the entered acc[w], naming all of it.
-    for (int r = 1; r <= R; r++) {
-      for (int w = 0; w < W; w++) {
-        double *a = acc[w];
-        double *c = grid[T % 2][w];
-#pragma omp target nowait depend(inout : a[0]) depend(in : c[0]) map(tofrom : a[0 : N]) map(to : c[0 : N])  \
-    firstprivate(r)
-        for (int i = 0; i < N; i++)
-          a[i] = a[i] * 0.5 + r + c[i] * 1e-3;
-      }
-    }
     // Each writes its own column of the entered `cols`, naming all of it.
     for (int r = 1; r <= R; r++) {
       for (int w = 0; w < W; w++) {
@@ -93,7 +112,7 @@ int main(int argc, char **argv) {
     for (int i = 0; i < N; i++)
       cols[W][i] = cols[W][i] * 2 + 1;
   }
-#pragma omp target exit data map(release : table[0 : N])
+#pragma omp target exit data map(release : table[0 : N], pin[0 : 1])
 #pragma omp target exit data map(from : cols)
   for (int w = 0; w < W; w++) {
 #pragma omp target exit data map(from : acc[w][0 : N])
@@ -116,5 +135,6 @@ int main(int argc, char **argv) {
       s += acc[w][i] * (1 + i % 5);
     printf("array %d: %.9e\n", w, s);
   }
+  printf("anchor: %.9e\n", anchor[0]);
   return 0;
 }
