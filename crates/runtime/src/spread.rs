@@ -363,8 +363,8 @@ impl Runtime {
                     return Some(spread.moved_to(dev, args, None, need));
                 }
                 // Taking data along costs two copies of it: worth it only to leave a device
-                // that is busier than this one (ties stay home).
-                Ok(()) if !need.take.is_empty() && !spread.busier(default.id, dev.id) => {
+                // that is busier than this one (ties stay home). Following data is free.
+                Ok(()) if !need.take.is_empty() && need.follow.is_empty() && !spread.busier(default.id, dev.id) => {
                     crate::debug!(
                         "omptarget",
                         "spread: target region at {} placed on device {}: its entered data stays there (device {} is as busy)",
