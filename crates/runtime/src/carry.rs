@@ -272,8 +272,8 @@ impl Runtime {
     }
 
     /// The region no longer uses its trips; the last user of each brings it home: copied
-    /// back (unless it never arrived or its device was lost: home then holds what it held
-    /// before, as after a failed region), let go there, and unmarked at home.
+    /// back and let go there (unless it never arrived, or its device was lost: home then
+    /// holds what it held before, as after a failed region), and unmarked at home.
     fn end_trips(&self, spread: &Spread, home: &DeviceCtx, dev: &DeviceCtx, need: &Need) -> Result<(), TripError> {
         let mut back = Vec::new();
         {
@@ -289,10 +289,13 @@ impl Runtime {
         let mut result = Ok(());
         for (begin, trip) in back {
             debug_assert_eq!(trip.to, dev.id);
-            if trip.ready && dev.lost().is_none() {
+            // A lost device's failure was said where it was met (once): nothing more to do
+            // there, and home keeps what it held.
+            let lost = dev.lost().is_some();
+            if trip.ready && !lost {
                 result = result.and(self.copy_mapping(dev, home, begin, trip.size));
             }
-            if matches!(dev.lock_table().lookup(begin, trip.size), Lookup::Contained(_)) {
+            if !lost && matches!(dev.lock_table().lookup(begin, trip.size), Lookup::Contained(_)) {
                 let released = self.data_end(dev, &mut Section::new(begin, trip.size).args(), false);
                 result = result.and(released.map_err(TripError::Map));
             }

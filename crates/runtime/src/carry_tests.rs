@@ -189,3 +189,27 @@ fn a_region_whose_data_cannot_go_to_its_device_runs_at_home() {
     // SAFETY: `data` is live and was written by the runtime's copy back.
     assert_eq!(unsafe { std::ptr::read_volatile(&data) }, [6; 4]);
 }
+
+#[test]
+fn data_away_on_a_device_that_is_lost_comes_home_as_it_left() {
+    let rt = runtime(false);
+    let spread = rt.spread.as_deref().expect("spreading is on");
+    let data = [5u64; 4];
+    let at = enter(&rt, &data);
+    let home = rt.device(0).unwrap();
+    let mut region_args = Arrays::new(&[(at, 32, TOFROM)]);
+    let args = region_args.args();
+    let away = placed_away(&rt, spread, &args);
+    assert!(rt.send_trips(spread, &home, &away.device, &away.need).is_ok());
+    let mut run_args = Arrays::new(&[(at, 32, TOFROM)]);
+    let tgt = rt.target_kernel(Loc::NONE, away.device.id.into(), region(), &mut launch(&mut run_args));
+    assert_eq!(tgt, OFFLOAD_SUCCESS, "the region ran there");
+    away.device.mark_unusable("unplugged");
+    // Its failure was said where it was met: the trip's end says nothing more.
+    assert!(rt.end_trips(spread, &home, &away.device, &away.need).is_ok());
+    assert!(spread.trips.lock().is_empty() && !home.lock_table().is_busy(at, 32));
+    let mut exit = Arrays::new(&[(at, 32, mt::FROM)]);
+    rt.data_directive(Loc::NONE, 0, &mut exit.args(), Directive::End, false);
+    // SAFETY: `data` is live and was written by the runtime's copy back.
+    assert_eq!(unsafe { std::ptr::read_volatile(&data) }, [5; 4], "home holds what it held before the trip");
+}

@@ -14,7 +14,7 @@ program columns
   real(8) :: a(n, w), b(n, w)
   real(8), target :: anchor(1)
   real(8) :: pin(1), x
-  integer :: i, j, r
+  integer :: i, j, r, dev
   integer(8) :: k
 
   do j = 1, w
@@ -38,8 +38,12 @@ program columns
   end do
   anchor(1) = x
   !$omp end target
-  do while (omp_target_is_present(c_loc(anchor), omp_get_default_device()) == 0)
-  end do
+  ! (Until it is under way there; at once when there is no device.)
+  dev = omp_get_default_device()
+  if (dev < omp_get_num_devices()) then
+    do while (omp_target_is_present(c_loc(anchor), dev) == 0)
+    end do
+  end if
   do r = 1, rounds
     do j = 1, w
       !$omp target nowait depend(inout: b(1, j)) map(tofrom: b)

@@ -58,7 +58,9 @@ int main(int argc, char **argv) {
         x = x * 0.999999 + 1e-9 * (double)(k % 11);
       anchor[0] = x;
     }
-    while (!omp_target_is_present(anchor, omp_get_default_device()))
+    // (Until it is under way there; at once when there is no device.)
+    int dev = omp_get_default_device();
+    while (dev < omp_get_num_devices() && !omp_target_is_present(anchor, dev))
       ;
     // Chain w updates the entered acc[w], naming all of it.
     for (int r = 1; r <= R; r++) {
