@@ -299,7 +299,7 @@ impl Runtime {
                 let released = self.data_end(dev, &mut Section::new(begin, trip.size).args(), false);
                 result = result.and(released.map_err(TripError::Map));
             }
-            home.clear_busy([begin]);
+            home.clear_busy(&[begin]);
         }
         result
     }

@@ -61,7 +61,8 @@ impl Runtime {
             };
         }
         if !st.busy.is_empty() {
-            dev.clear_busy(st.busy.drain(..));
+            dev.clear_busy(&st.busy);
+            st.busy.clear();
         }
         result
     }

@@ -103,7 +103,7 @@ impl Runtime {
             Ok(())
         })();
         if hold {
-            dev.clear_busy([key]);
+            dev.clear_busy(&[key]);
         }
         result
     }

@@ -130,9 +130,10 @@ impl DeviceCtx {
 
     /// Marks entries as no longer busy (mapped, updated, or back from a spreading trip) and
     /// wakes the threads that wait for busy entries, if any do.
-    pub(crate) fn clear_busy(&self, keys: impl IntoIterator<Item = usize>) {
+    #[link_section = ".text.hot.omp_launch"]
+    pub(crate) fn clear_busy(&self, keys: &[usize]) {
         let mut table = self.lock_table();
-        for key in keys {
+        for &key in keys {
             table.clear_busy(key);
         }
         let waiters = table.waiters;
